@@ -1,0 +1,1 @@
+"""minidist: distributed machine learning systems, built from scratch."""
