@@ -1,0 +1,38 @@
+"""Reverse-mode automatic differentiation: Tensor, Function, the backward pass, gradcheck."""
+
+from minidist.autograd.function import Context, Function, is_grad_enabled, no_grad
+from minidist.autograd.gradcheck import gradcheck
+from minidist.autograd.ops import (
+    Add,
+    Div,
+    Exp,
+    Log,
+    MatMul,
+    Mul,
+    Neg,
+    Pow,
+    ReLU,
+    Sigmoid,
+    Sub,
+    Tanh,
+    unbroadcast,
+)
+from minidist.autograd.ops_reduce import LogSoftmax, Max, Mean, Sum
+from minidist.autograd.ops_shape import (
+    Concatenate,
+    GetItem,
+    Reshape,
+    Stack,
+    Transpose,
+    concatenate,
+    stack,
+)
+from minidist.autograd.tensor import Tensor, topological_order
+
+__all__ = [
+    "Tensor", "Function", "Context", "no_grad", "is_grad_enabled", "gradcheck",
+    "topological_order", "unbroadcast", "concatenate", "stack",
+    "Add", "Sub", "Mul", "Div", "Neg", "Pow", "MatMul", "Exp", "Log", "Tanh", "Sigmoid", "ReLU",
+    "Sum", "Mean", "Max", "LogSoftmax",
+    "Reshape", "Transpose", "GetItem", "Concatenate", "Stack",
+]

@@ -1,0 +1,90 @@
+"""Function: one differentiable operation, its forward and its backward side by side.
+
+A Function works on raw arrays. ``forward(ctx, *inputs)`` computes the output
+and saves on ``ctx`` what backward will need; ``backward(ctx, grad)`` receives
+dLoss/dOutput and returns dLoss/dInput for every input (``None`` for inputs
+that need no gradient). ``Op.apply(*inputs)`` runs forward on tensors and,
+when any input requires a gradient, records the op in the graph so that
+``Tensor.backward()`` can call its backward later.
+
+Recording can be switched off with ``no_grad()``; the switch is per thread,
+because the in-process transport runs ranks as threads of one process.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minidist.autograd.tensor import Tensor
+
+_grad_mode = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """True unless this thread is inside ``no_grad()``."""
+    return getattr(_grad_mode, "enabled", True)
+
+
+@contextmanager
+def no_grad():
+    """Run a block without recording a graph (evaluation, optimiser updates)."""
+    previous = is_grad_enabled()
+    _grad_mode.enabled = False
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = previous
+
+
+class Context:
+    """What one application of a Function remembers for its backward."""
+
+    def __init__(self, fn: type[Function], inputs: tuple[Any, ...]):
+        self.fn = fn
+        self.inputs = inputs  # Tensors (graph parents) and plain constants, in call order
+        self.saved_tensors: tuple[Any, ...] = ()
+
+    @property
+    def needs_input_grad(self) -> tuple[bool, ...]:
+        """For each input, whether backward must compute its gradient."""
+        from minidist.autograd.tensor import Tensor
+
+        return tuple(isinstance(x, Tensor) and x.requires_grad for x in self.inputs)
+
+    def save_for_backward(self, *arrays: Any) -> None:
+        self.saved_tensors = arrays
+
+    @property
+    def parents(self) -> list[Tensor]:
+        """The inputs that are tensors needing a gradient: the graph's edges."""
+        from minidist.autograd.tensor import Tensor
+
+        return [x for x in self.inputs if isinstance(x, Tensor) and x.requires_grad]
+
+
+class Function:
+    """Base class of every differentiable operation."""
+
+    @staticmethod
+    def forward(ctx: Context, *inputs: Any, **options: Any) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx: Context, grad: Any) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs: Any, **options: Any) -> Tensor:
+        """Run forward on the inputs' data; record the op when a gradient is needed."""
+        from minidist.autograd.tensor import Tensor
+
+        ctx = Context(cls, inputs)
+        arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
+        out = Tensor(cls.forward(ctx, *arrays, **options))
+        if is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
+            out.requires_grad = True
+            out._ctx = ctx
+        return out

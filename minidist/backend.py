@@ -1,0 +1,82 @@
+"""The one place that decides which array module minidist computes with.
+
+numpy by default; cupy (the same API on an NVIDIA GPU) when the user asks for
+the GPU with ``md.set_device("cuda")`` or ``MINIDIST_DEVICE=cuda`` and one is
+present. Every other module asks this one for ``xp()`` (the module) or
+``xp_of(array)`` (the module an array belongs to); nothing else imports cupy.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import numpy as np
+
+_DEVICES = ("cpu", "cuda")
+_device: str | None = None  # resolved lazily so that importing minidist never touches a GPU
+
+
+def _load_cupy() -> ModuleType:
+    """Import cupy and check that a GPU is really there; a clear error otherwise."""
+    try:
+        import cupy
+    except ImportError as exc:
+        raise RuntimeError(
+            "device 'cuda' was requested but cupy is not installed: "
+            "pip install 'minidist[gpu]' (needs an NVIDIA GPU and driver)"
+        ) from exc
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy raises its own CUDARuntimeError when no driver is loaded
+        raise RuntimeError(f"device 'cuda' was requested but no GPU is usable: {exc}") from exc
+    if count == 0:
+        raise RuntimeError("device 'cuda' was requested but no GPU is present")
+    return cupy
+
+
+def set_device(name: str) -> None:
+    """Choose where new tensors live: ``"cpu"`` (numpy) or ``"cuda"`` (cupy)."""
+    global _device
+    if name not in _DEVICES:
+        raise ValueError(f"unknown device {name!r}: expected one of {_DEVICES}")
+    if name == "cuda":
+        _load_cupy()
+    _device = name
+
+
+def get_device() -> str:
+    """The current device; read from ``MINIDIST_DEVICE`` the first time (default ``"cpu"``)."""
+    if _device is None:
+        set_device(os.environ.get("MINIDIST_DEVICE", "cpu").strip().lower() or "cpu")
+    return _device  # type: ignore[return-value]
+
+
+def xp() -> ModuleType:
+    """The array module of the current device: numpy or cupy."""
+    return _load_cupy() if get_device() == "cuda" else np
+
+
+def xp_of(array: object) -> ModuleType:
+    """The array module an array belongs to (numpy for numpy arrays and scalars)."""
+    if isinstance(array, np.ndarray | np.generic | int | float | bool):
+        return np
+    return _load_cupy()
+
+
+def to_numpy(array: object) -> np.ndarray:
+    """A host (numpy) copy or view of any array, for printing, plotting and saving."""
+    if isinstance(array, np.ndarray):
+        return array
+    if hasattr(array, "get"):  # a cupy array
+        return array.get()
+    return np.asarray(array)
+
+
+def gpu_available() -> bool:
+    """True when cupy imports and sees at least one GPU (used to skip GPU tests)."""
+    try:
+        _load_cupy()
+    except RuntimeError:
+        return False
+    return True

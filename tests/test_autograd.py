@@ -1,0 +1,221 @@
+"""Every autograd op against finite differences, with broadcasting and random shapes."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minidist as md
+from minidist.autograd import gradcheck
+
+rng = np.random.default_rng(0)
+
+
+def tensor(*shape, positive=False, low=-1.0):
+    data = rng.uniform(0.5, 2.0, shape) if positive else rng.uniform(low, 1.0, shape)
+    return md.Tensor(data, requires_grad=True)
+
+
+# --- shapes that broadcast: hypothesis draws a shape and squeezes some axes to 1 / drops some
+@st.composite
+def broadcast_pair(draw):
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    other = list(shape)
+    for i in range(ndim):
+        if draw(st.booleans()):
+            other[i] = 1
+    drop = draw(st.integers(0, ndim))
+    return shape, tuple(other[drop:])
+
+
+BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a ** b,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@settings(max_examples=25, deadline=None)
+@given(shapes=broadcast_pair(), swap=st.booleans())
+def test_binary_ops_broadcast(name, shapes, swap):
+    sa, sb = shapes[::-1] if swap else shapes
+    positive = name in ("div", "pow")
+    assert gradcheck(BINARY[name], tensor(*sa, positive=positive), tensor(*sb, positive=positive))
+
+
+@pytest.mark.parametrize("name,fn,positive", [
+    ("neg", lambda a: -a, False),
+    ("exp", lambda a: a.exp(), False),
+    ("log", lambda a: a.log(), True),
+    ("tanh", lambda a: a.tanh(), False),
+    ("sigmoid", lambda a: a.sigmoid(), False),
+    ("relu", lambda a: a.relu(), False),
+    ("pow_scalar", lambda a: a ** 3, False),
+    ("sqrt", lambda a: a ** 0.5, True),
+    ("scalar_ops", lambda a: 2 - 3 * a / 4 + 1 / (a + 3), True),
+])
+@settings(max_examples=10, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=3))
+def test_unary_ops(name, fn, positive, shape):
+    x = tensor(*shape, positive=positive)
+    if name == "relu":  # keep away from the kink, where the derivative is undefined
+        x.data[np.abs(x.data) < 1e-3] = 0.5
+    assert gradcheck(fn, x)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
+def test_reductions(shape, data):
+    x = tensor(*shape)
+    axes = [None, *range(-len(shape), len(shape))]
+    if len(shape) > 1:
+        axes.append((0, len(shape) - 1))
+    axis = data.draw(st.sampled_from(axes))
+    keepdims = data.draw(st.booleans())
+    assert gradcheck(lambda a: a.sum(axis=axis, keepdims=keepdims), x)
+    assert gradcheck(lambda a: a.mean(axis=axis, keepdims=keepdims), x)
+    assert gradcheck(lambda a: a.max(axis=axis, keepdims=keepdims), x)
+    assert gradcheck(lambda a: a.log_softmax(axis=-1), x)
+
+
+def test_max_shares_gradient_between_ties():
+    x = md.Tensor(np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 1.0]]), requires_grad=True)
+    x.max(axis=1).sum().backward()
+    np.testing.assert_allclose(x.grad, [[0, 0.5, 0.5], [1, 0, 0]])
+
+
+@pytest.mark.parametrize("sa,sb", [
+    ((3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+])
+def test_matmul_batched_and_vectors(sa, sb):
+    assert gradcheck(lambda a, b: a @ b, tensor(*sa), tensor(*sb))
+
+
+def test_matmul_with_constant_operand():
+    w, constant = tensor(4, 3), rng.standard_normal((2, 4))
+    assert gradcheck(lambda b: constant @ b, w)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: a.reshape(6, 4),
+    lambda a: a.reshape(-1),
+    lambda a: a.transpose(),
+    lambda a: a.transpose(1, 0, 2),
+    lambda a: a.T,
+    lambda a: a[1],
+    lambda a: a[:, 1:3, ::2],
+    lambda a: a[..., 0],
+    lambda a: a[np.array([0, 2, 0, 0])],
+    lambda a: a[np.array([0, 1]), np.array([2, 2])],
+    lambda a: a[a.data > 0],
+])
+def test_shape_ops(fn):
+    assert gradcheck(fn, tensor(3, 4, 2))
+
+
+def test_embedding_gather_accumulates_repeated_rows():
+    table = md.Tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    ids = np.array([1, 3, 1, 1])
+    rows = table[ids]
+    np.testing.assert_array_equal(rows.data, table.data[ids])
+    rows.sum().backward()
+    np.testing.assert_array_equal(table.grad[:, 0], [0, 3, 0, 1])
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concatenate_and_stack(axis):
+    a, b, c = tensor(2, 3), tensor(2, 3), tensor(2, 3)
+    assert gradcheck(lambda x, y, z: md.concatenate([x, y, z], axis=axis) * 2, a, b, c)
+    assert gradcheck(lambda x, y, z: md.stack([x, y, z], axis=axis).tanh(), a, b, c)
+
+
+def test_gradient_accumulates_over_uses_and_calls():
+    x = md.Tensor(np.array([2.0, -1.0]), requires_grad=True)
+    (x * x + x).sum().backward()
+    np.testing.assert_allclose(x.grad, 2 * x.data + 1)
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad, 2 * x.data + 4)
+    x.zero_grad()
+    assert x.grad is None
+
+
+def test_diamond_graph_visits_each_node_once():
+    x = tensor(3)
+    h = x.exp()
+    y = (h * h + h.tanh() * h).sum()
+    assert gradcheck(lambda a: (a.exp() * a.exp() + a.exp().tanh() * a.exp()).sum(), x)
+    y.backward()
+    e = np.exp(x.data)
+    expected = 2 * e * e + (1 - np.tanh(e) ** 2) * e * e + np.tanh(e) * e
+    np.testing.assert_allclose(x.grad, expected)
+
+
+def test_no_grad_and_detach_record_nothing():
+    x = tensor(3)
+    with md.no_grad():
+        y = x * 2
+    assert not y.requires_grad
+    z = x.detach() * 2
+    assert not z.requires_grad and z._ctx is None
+
+
+def test_backward_errors_are_clear():
+    x = tensor(3)
+    with pytest.raises(RuntimeError, match="non-scalar tensor of shape \\(3,\\)"):
+        (x * 2).backward()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        md.Tensor(np.ones(2)).sum().backward()
+    with pytest.raises(TypeError, match="floating-point"):
+        md.Tensor(np.arange(3), requires_grad=True)
+    y = (x * 2).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="already freed"):
+        y.backward()
+
+
+def test_backward_with_explicit_gradient_and_retain_graph():
+    x = tensor(2, 2)
+    y = x * 3
+    y.backward(np.ones((2, 2)), retain_graph=True)
+    y.backward(np.ones((2, 2)))
+    np.testing.assert_allclose(x.grad, 6 * np.ones((2, 2)))
+
+
+def test_float32_stays_float32():
+    x = md.Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    y = ((x * 0.5 + 1.0) / 2.0) ** 2
+    y = (y @ np.ones((3, 1), np.float32)).log_softmax(axis=0).sum()
+    assert y.dtype == np.float32
+    y.backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_gradcheck_reports_a_wrong_backward():
+    class WrongSquare(md.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * a
+
+        @staticmethod
+        def backward(ctx, grad):
+            (a,) = ctx.saved_tensors
+            return grad * a  # missing the factor 2
+
+    with pytest.raises(AssertionError, match="input 0 at index \\(0,\\)"):
+        gradcheck(lambda a: WrongSquare.apply(a), tensor(3))
+
+
+def test_leaf_gradients_never_share_memory():
+    a, b = tensor(2, 3), tensor(2, 3)
+    (a.reshape(3, 2).reshape(2, 3) + b + a.sum()).sum().backward()
+    assert not np.shares_memory(a.grad, b.grad)
+    assert a.grad.flags.writeable and b.grad.flags.writeable
+    before = b.grad.copy()
+    a.grad *= 0
+    np.testing.assert_array_equal(b.grad, before)
