@@ -219,3 +219,39 @@ def test_leaf_gradients_never_share_memory():
     before = b.grad.copy()
     a.grad *= 0
     np.testing.assert_array_equal(b.grad, before)
+
+
+def test_grad_hooks_fire_once_per_leaf_last_layer_first():
+    rng_ = np.random.default_rng(3)
+    layers = [(tensor(4, 4), tensor(4)) for _ in range(3)]
+    finished = []
+    for k, (w, b) in enumerate(layers):
+        w.register_grad_hook(lambda t, k=k: finished.append(("w", k, t.grad is not None)))
+        b.register_grad_hook(lambda t, k=k: finished.append(("b", k, t.grad is not None)))
+    h = md.Tensor(rng_.standard_normal((5, 4)))
+    for w, b in layers:
+        h = (h @ w.T + b).tanh() + h * 0.5  # a residual use: h is consumed twice
+    h.sum().backward()
+    assert sorted(finished) == sorted((n, k, True) for k in range(3) for n in "wb")
+    layer_order = [k for _, k, _ in finished]
+    assert layer_order == sorted(layer_order, reverse=True), finished
+
+
+def test_queue_callback_runs_after_every_gradient():
+    x = tensor(3)
+    seen = []
+    x.register_grad_hook(lambda t: md.autograd.queue_callback(lambda: seen.append(t.grad.copy())))
+    (x * 2).sum().backward()
+    np.testing.assert_array_equal(seen[0], [2, 2, 2])
+    with pytest.raises(RuntimeError, match="only valid while backward"):
+        md.autograd.queue_callback(lambda: None)
+
+
+def test_backward_of_a_leaf_and_of_an_unused_input():
+    x, unused = tensor(), tensor(3)
+    x.backward()
+    assert x.grad == 1.0
+    y = x * 2
+    z = md.stack([y, y])  # unused never enters the graph
+    z.sum().backward()
+    assert x.grad == 5.0 and unused.grad is None

@@ -1,6 +1,6 @@
 """Reverse-mode automatic differentiation: Tensor, Function, the backward pass, gradcheck."""
 
-from minidist.autograd.function import Context, Function, is_grad_enabled, no_grad
+from minidist.autograd.function import Context, Function, is_grad_enabled, no_grad, queue_callback
 from minidist.autograd.gradcheck import gradcheck
 from minidist.autograd.ops import (
     Add,
@@ -31,7 +31,7 @@ from minidist.autograd.tensor import Tensor, topological_order
 
 __all__ = [
     "Tensor", "Function", "Context", "no_grad", "is_grad_enabled", "gradcheck",
-    "topological_order", "unbroadcast", "concatenate", "stack",
+    "topological_order", "unbroadcast", "concatenate", "stack", "queue_callback",
     "Add", "Sub", "Mul", "Div", "Neg", "Pow", "MatMul", "Exp", "Log", "Tanh", "Sigmoid", "ReLU",
     "Sum", "Mean", "Max", "LogSoftmax",
     "Reshape", "Transpose", "GetItem", "Concatenate", "Stack",

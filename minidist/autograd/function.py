@@ -39,6 +39,28 @@ def no_grad():
         _grad_mode.enabled = previous
 
 
+@contextmanager
+def _backward_callbacks():
+    """Collect callbacks queued during one backward pass; run them when it ends."""
+    outer = getattr(_grad_mode, "callbacks", None)
+    _grad_mode.callbacks = []
+    try:
+        yield
+        for callback in _grad_mode.callbacks:
+            callback()
+    finally:
+        _grad_mode.callbacks = outer
+
+
+def queue_callback(callback) -> None:
+    """Run ``callback()`` once the backward pass now running has finished
+    (data parallelism waits for its last gradient buckets there)."""
+    callbacks = getattr(_grad_mode, "callbacks", None)
+    if callbacks is None:
+        raise RuntimeError("queue_callback() is only valid while backward() runs")
+    callbacks.append(callback)
+
+
 class Context:
     """What one application of a Function remembers for its backward."""
 

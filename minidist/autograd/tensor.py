@@ -5,11 +5,15 @@ Reverse-mode automatic differentiation in two steps:
 1. Forward: every operation on tensors that need a gradient records a node
    (its Function and inputs, see ``function.py``). The nodes form a graph
    from the leaves (parameters, inputs) to the result.
-2. Backward: ``loss.backward()`` orders the graph so that every node comes
-   after its inputs (``topological_order``), then walks it in reverse: each
-   node hands the gradient it has accumulated to its Function's backward,
-   which returns the gradients of its inputs; gradients arriving at the same
-   tensor from several uses are summed. Leaves keep theirs in ``.grad``.
+2. Backward: ``loss.backward()`` walks the graph from the result back to the
+   leaves in reverse topological order: a node runs only after every op that
+   used it has passed its gradient back (gradients from several uses are
+   summed). Running it hands that gradient to its Function's backward, which
+   returns the gradients of the node's inputs. Leaves keep theirs in ``.grad``.
+   ``topological_order`` lists the graph; among the nodes that are ready, the
+   most recently created runs first (as in PyTorch's engine), so the last
+   layer's parameter gradients are final first — data parallelism starts
+   sending them while backward goes on (``register_grad_hook``).
 
 ``.grad`` is a plain array of the tensor's shape and dtype; it accumulates
 across backward calls until ``zero_grad()``. After backward the graph is
@@ -18,10 +22,15 @@ freed (the nodes forget their inputs), so memory stays flat over training.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 from minidist import backend
-from minidist.autograd.function import Context, no_grad
+from minidist.autograd.function import Context, _backward_callbacks, no_grad
+
+_creation_order = itertools.count()
 
 
 class Tensor:
@@ -39,6 +48,8 @@ class Tensor:
         self.grad: Any = None
         self._ctx: Context | None = None  # the node that produced this tensor (None: a leaf)
         self._freed = False  # True once backward has released the node that produced it
+        self._seq = next(_creation_order)  # inputs are always created before their outputs
+        self._grad_hooks: list[Callable[[Tensor], None]] = []
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_()
@@ -67,32 +78,61 @@ class Tensor:
         if tuple(grad.shape) != self.shape:
             raise ValueError(f"gradient shape {tuple(grad.shape)} != tensor shape {self.shape}")
 
+        # How many recorded uses of each tensor have yet to pass their gradient back.
+        pending: dict[int, int] = {}
+        for node in topological_order(self):
+            if node._ctx is not None:
+                for parent in node._ctx.parents:
+                    pending[id(parent)] = pending.get(id(parent), 0) + 1
+
         grads = {id(self): grad}
         kept = {id(grad)}  # arrays some leaf keeps as .grad: another leaf must not share them
-        for node in reversed(topological_order(self)):
-            g = grads.pop(id(node), None)
-            if g is None:
-                continue
-            ctx = node._ctx
-            if ctx is None:
-                if node._freed:
-                    raise RuntimeError(
-                        "backward through a graph that was already freed: pass "
-                        "retain_graph=True to the first backward() to call it twice"
-                    )
-                node._accumulate_grad(g, kept)  # a leaf: keep its gradient
-                continue
-            input_grads = ctx.fn.backward(ctx, g)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
-            for x, gx in zip(ctx.inputs, input_grads, strict=False):
-                if gx is None or not isinstance(x, Tensor) or not x.requires_grad:
-                    continue
-                if gx.dtype != x.dtype:
-                    gx = gx.astype(x.dtype)
-                grads[id(x)] = grads[id(x)] + gx if id(x) in grads else gx
-            if not retain_graph:
-                node._ctx, node._freed = None, True
+        ready: list[tuple[int, Tensor]] = []  # a heap: the most recently created node first
+        with _backward_callbacks():
+            if self._ctx is None:
+                self._finish_leaf(grads.pop(id(self)), kept)
+            else:
+                heapq.heappush(ready, (-self._seq, self))
+            while ready:
+                _, node = heapq.heappop(ready)
+                ctx = node._ctx
+                input_grads = ctx.fn.backward(ctx, grads.pop(id(node)))
+                if not isinstance(input_grads, tuple):
+                    input_grads = (input_grads,)
+                for x, gx in zip(ctx.inputs, input_grads, strict=False):
+                    if not isinstance(x, Tensor) or not x.requires_grad:
+                        continue
+                    if gx is not None:
+                        if gx.dtype != x.dtype:
+                            gx = gx.astype(x.dtype)
+                        grads[id(x)] = grads[id(x)] + gx if id(x) in grads else gx
+                    pending[id(x)] -= 1
+                    if pending[id(x)] == 0 and id(x) in grads:  # every use has reported
+                        if x._ctx is None:
+                            x._finish_leaf(grads.pop(id(x)), kept)
+                        else:
+                            heapq.heappush(ready, (-x._seq, x))
+                if not retain_graph:
+                    node._ctx, node._freed = None, True
+
+    def _finish_leaf(self, g: Any, kept: set[int]) -> None:
+        """A leaf's gradient for this backward is complete: keep it, then tell the hooks."""
+        if self._freed:
+            raise RuntimeError(
+                "backward through a graph that was already freed: pass "
+                "retain_graph=True to the first backward() to call it twice"
+            )
+        self._accumulate_grad(g, kept)
+        for hook in self._grad_hooks:
+            hook(self)
+
+    def register_grad_hook(self, hook: Callable[[Tensor], None]) -> None:
+        """Call ``hook(tensor)`` each time backward has finished this leaf's ``.grad``.
+
+        Data parallelism uses it to start communicating a gradient while the
+        rest of backward still runs.
+        """
+        self._grad_hooks.append(hook)
 
     def _accumulate_grad(self, g: Any, kept: set[int]) -> None:
         if self.grad is not None:

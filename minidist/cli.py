@@ -1,0 +1,34 @@
+"""The ``minidist`` command: one entry point for the course's tools.
+
+    minidist course release|grade|...   the instructor's kit (see grading/README.md)
+    minidist example NAME [ARGS...]      same as python -m minidist.examples.NAME
+    minidist bench NAME [ARGS...]        same as python -m minidist.bench.NAME
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "course":
+        from minidist.course.__main__ import main as course_main
+
+        return course_main(rest) or 0
+    if command in ("example", "bench") and rest:
+        package = "examples" if command == "example" else "bench"
+        sys.argv = [f"minidist.{package}.{rest[0]}", *rest[1:]]
+        runpy.run_module(f"minidist.{package}.{rest[0]}", run_name="__main__")
+        return 0
+    print(f"minidist: unknown command {' '.join(argv)!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
