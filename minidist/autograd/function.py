@@ -68,6 +68,7 @@ class Context:
         self.fn = fn
         self.inputs = inputs  # Tensors (graph parents) and plain constants, in call order
         self.saved_tensors: tuple[Any, ...] = ()
+        self.parents: list[Tensor] = []  # the inputs that need a gradient: the graph's edges
 
     @property
     def needs_input_grad(self) -> tuple[bool, ...]:
@@ -79,12 +80,6 @@ class Context:
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
-    @property
-    def parents(self) -> list[Tensor]:
-        """The inputs that are tensors needing a gradient: the graph's edges."""
-        from minidist.autograd.tensor import Tensor
-
-        return [x for x in self.inputs if isinstance(x, Tensor) and x.requires_grad]
 
 
 class Function:
@@ -106,7 +101,9 @@ class Function:
         ctx = Context(cls, inputs)
         arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
         out = Tensor(cls.forward(ctx, *arrays, **options))
-        if is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
-            out.requires_grad = True
-            out._ctx = ctx
+        if is_grad_enabled():
+            ctx.parents = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
+            if ctx.parents:
+                out.requires_grad = True
+                out._ctx = ctx
         return out

@@ -181,7 +181,7 @@ class ReLU(Function):
     @staticmethod
     def backward(ctx: Context, grad):
         (out,) = ctx.saved_tensors
-        return grad * (out > 0)
+        return xp_of(grad).where(out > 0, grad, 0)
 
 
 def _matmul_like(x, y, like):

@@ -1,0 +1,5 @@
+"""Models of the course, written once and trained by any parallel strategy."""
+
+from minidist.models.mlp import MLP, accuracy, build_mlp, classification_loss, predict
+
+__all__ = ["MLP", "accuracy", "build_mlp", "classification_loss", "predict"]

@@ -1,0 +1,106 @@
+"""Layers and losses as plain functions of Tensors.
+
+Everything here is written with Tensor operations, so autograd derives the
+backward pass; no function needs its own gradient rule.
+
+Losses (Lecture 1). For a batch of n examples:
+
+- cross-entropy from logits z (n x C) and class ids y:
+      loss_i = -log softmax(z_i)[y_i] = -z_i[y_i] + log sum_c exp(z_i[c])
+  computed through ``log_softmax``, which subtracts max_c z_i[c] before
+  exponentiating: exp never overflows, and log never sees a zero.
+- mean squared error: loss_i = (prediction_i - target_i)^2.
+
+``reduction`` picks "mean" (the average, what SGD's "mean gradient" needs),
+"sum", or "none" (one value per example).
+"""
+
+from __future__ import annotations
+
+from minidist import backend
+from minidist.autograd import Tensor
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def as_tensor(x) -> Tensor:
+    """A Tensor for ``x``: Tensors pass through, arrays are wrapped (no gradient)."""
+    return x if isinstance(x, Tensor) else Tensor(backend.xp().asarray(x))
+
+
+def linear(x, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x @ weight.T + bias, with weight of shape (out_features, in_features).
+
+    Cost: 2 * batch * in * out flops forward, twice that backward.
+    """
+    y = as_tensor(x) @ weight.T
+    return y if bias is None else y + bias
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return x.log_softmax(axis=axis)
+
+
+def one_hot(targets, num_classes: int, dtype):
+    """Backend array (n x num_classes) with a 1 at each target's class id."""
+    xp = backend.xp()
+    targets = xp.asarray(targets)
+    if targets.ndim != 1:
+        raise ValueError(f"targets must be 1-D class ids, got shape {targets.shape}")
+    if targets.size and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
+        raise ValueError(f"targets must lie in [0, {num_classes}), "
+                         f"got min {int(targets.min())}, max {int(targets.max())}")
+    encoded = xp.zeros((targets.shape[0], num_classes), dtype=dtype)
+    encoded[xp.arange(targets.shape[0]), targets] = 1
+    return encoded
+
+
+def _reduce(per_example: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return per_example.mean()
+    if reduction == "sum":
+        return per_example.sum()
+    if reduction == "none":
+        return per_example
+    raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def cross_entropy(logits: Tensor, targets, reduction: str = "mean") -> Tensor:
+    """Cross-entropy between ``logits`` (n x C) and integer class ids ``targets`` (n,).
+
+    loss_i = -sum_c onehot(y_i)[c] * log_softmax(z_i)[c]; the one-hot mask
+    picks the log-probability of the true class. Its gradient with respect
+    to the logits is softmax(z_i) - onehot(y_i) (divided by n for "mean").
+    Cost: O(n * C).
+    """
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be (batch, classes), got shape {logits.shape}")
+    if isinstance(targets, Tensor):
+        targets = targets.data
+    mask = one_hot(targets, logits.shape[1], logits.dtype)
+    if mask.shape[0] != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} rows of logits but {mask.shape[0]} targets")
+    per_example = -(logits.log_softmax(axis=-1) * mask).sum(axis=-1)
+    return _reduce(per_example, reduction)
+
+
+def mse_loss(prediction: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Mean squared error: (prediction - target)^2, reduced over every element.
+
+    ``target`` is a Tensor or array of the same shape (it may need no gradient).
+    Cost: O(number of elements).
+    """
+    diff = prediction - as_tensor(target)
+    return _reduce(diff * diff, reduction)

@@ -1,0 +1,156 @@
+"""The layers of the course: Linear, activations, Embedding, and the MLP.
+
+Each layer is a ``Module`` holding its ``Parameter``s and a ``forward`` built
+from Tensor operations (see ``functional.py``); autograd does the rest.
+
+- ``Linear(in, out)``: y = x @ W.T + b, W of shape (out, in), both drawn
+  from uniform(-1/sqrt(in), 1/sqrt(in)) as in PyTorch (see ``init.py``).
+- ``ReLU``, ``Tanh``, ``Sigmoid``: element-wise, no parameters.
+- ``Embedding(num, dim)``: a table of ``num`` vectors; ``forward(ids)``
+  gathers rows, and backward adds each row's gradient into the rows it was
+  read from (a row read twice gets both gradients).
+- ``Sequential`` chains modules; ``ModuleList`` only holds them.
+- ``MLP([d0, d1, ..., dk])``: Linear(d0, d1), act, Linear(d1, d2), act, ...,
+  Linear(d_{k-1}, dk), with no activation after the last layer (the loss
+  takes logits).
+
+``dtype`` (float32 by default) sets the parameters' precision, ``rng`` their
+random source (see ``init.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from minidist import backend
+from minidist.autograd import Tensor
+from minidist.nn import functional as F
+from minidist.nn import init
+from minidist.nn.module import Module, Parameter
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias. Cost: 2 * batch * in * out flops forward."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 dtype=np.float32, rng: np.random.Generator | int | None = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        rng = init.resolve_rng(rng)
+        self.weight = Parameter(init.uniform_fan_in((out_features, in_features), in_features,
+                                                    rng, dtype))
+        self.bias = (Parameter(init.uniform_fan_in((out_features,), in_features, rng, dtype))
+                     if bias else None)
+
+    def forward(self, x) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+
+
+class ReLU(Module):
+    """max(x, 0), element-wise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.relu()
+
+
+class Tanh(Module):
+    """tanh(x), element-wise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.tanh()
+
+
+class Sigmoid(Module):
+    """1 / (1 + exp(-x)), element-wise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.sigmoid()
+
+
+ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid}
+
+
+class Embedding(Module):
+    """A lookup table: ``forward(ids)`` returns ``weight[ids]``, shape ids.shape + (dim,).
+
+    Weights start as N(0, 1) draws, as in PyTorch. Cost: O(len(ids) * dim)
+    both ways; the gradient is a dense (num, dim) array, zero in unread rows.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype=np.float32,
+                 rng: np.random.Generator | int | None = None) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(init.normal((num_embeddings, embedding_dim),
+                                            init.resolve_rng(rng), dtype=dtype))
+
+    def forward(self, ids) -> Tensor:
+        if isinstance(ids, Tensor):
+            ids = ids.data
+        return self.weight[backend.xp().asarray(ids)]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class ModuleList(Module):
+    """A list of modules, registered as "0", "1", ... (no forward of its own)."""
+
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        super().__init__()
+        for module in modules:
+            self.append(module)
+
+    def append(self, module: Module) -> None:
+        setattr(self, str(len(self._modules)), module)
+
+    def __getitem__(self, index: int) -> Module:
+        return list(self._modules.values())[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+
+class Sequential(ModuleList):
+    """Modules applied one after the other: forward(x) = m_k(...m_1(m_0(x)))."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__(modules)
+
+    def forward(self, x) -> Tensor:
+        for module in self:
+            x = module(x)
+        return x
+
+
+class MLP(Sequential):
+    """Multi-layer perceptron: Linear layers of the given ``sizes``, activations between.
+
+    ``MLP([64, 128, 10])`` is Linear(64, 128), ReLU, Linear(128, 10); its
+    parameters are named "0.weight", "0.bias", "2.weight", "2.bias".
+    Cost per example: 2 * sum_i sizes[i] * sizes[i+1] flops forward.
+    """
+
+    def __init__(self, sizes: list[int], activation: str = "relu", bias: bool = True,
+                 dtype=np.float32, rng: np.random.Generator | int | None = None) -> None:
+        if len(sizes) < 2:
+            raise ValueError(f"an MLP needs at least an input and an output size, got {sizes}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
+                             f"got {activation!r}")
+        rng = init.resolve_rng(rng)
+        layers: list[Module] = []
+        for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            if i > 0:
+                layers.append(ACTIVATIONS[activation]())
+            layers.append(Linear(fan_in, fan_out, bias=bias, dtype=dtype, rng=rng))
+        super().__init__(*layers)
+        self.sizes = list(sizes)

@@ -1,0 +1,103 @@
+"""The optimiser loop shared by SGD, Adam and AdaGrad.
+
+Training repeats four lines:
+
+    opt.zero_grad()                          # forget last step's gradients
+    loss = loss_fn(model(x), y)
+    loss.backward()                          # fill p.grad for every parameter
+    opt.step()                               # move every p against its gradient
+
+An ``Optimizer`` holds the parameters in *groups* (each a dict with its own
+hyper-parameters, e.g. a smaller ``lr`` for embeddings) and, per parameter,
+a small *state* (momentum, Adam's moments...). ``step()`` visits every
+parameter that has a gradient and calls the subclass's ``update``, which
+changes ``p.data`` in place: numpy's ``out=`` and in-place operators reuse
+memory instead of allocating a new array per operation, which matters when a
+step touches millions of weights. Parameters whose ``grad`` is None (frozen,
+or unused this step) are skipped. Updates keep the parameter's dtype:
+hyper-parameters are Python floats, which never upcast a float32 array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from minidist import backend
+from minidist.autograd import Tensor
+
+
+class Optimizer:
+    """Base class: parameter groups, per-parameter state, ``zero_grad``, ``step``."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
+        self.defaults = dict(defaults)
+        params = list(params)
+        if not params:
+            raise ValueError("optimizer got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups: list[dict[str, Any]] = []
+        for group in groups:
+            self.add_param_group(group)
+        self.state: dict[int, dict[str, Any]] = {}  # id(param) -> that parameter's state
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        """Add parameters with their own hyper-parameters (defaults fill the rest)."""
+        group = {**self.defaults, **group, "params": list(group["params"])}
+        known = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in group["params"]:
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise TypeError("optimizer parameters must be Tensors with requires_grad=True")
+            if id(p) in known:
+                raise ValueError("a parameter appears in more than one group")
+            known.add(id(p))
+        self.param_groups.append(group)
+
+    def parameters(self) -> list[Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def zero_grad(self) -> None:
+        """Set every parameter's ``grad`` to None (freeing it; the next backward refills)."""
+        for p in self.parameters():
+            p.grad = None
+
+    def step(self) -> None:
+        """One update of every parameter that has a gradient."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.update(p, p.grad, self.state.setdefault(id(p), {}), group)
+
+    def update(self, param: Tensor, grad: Any, state: dict[str, Any],
+               group: dict[str, Any]) -> None:
+        """Change ``param.data`` in place; ``state`` persists between steps."""
+        raise NotImplementedError
+
+    # ---- checkpoints: state keyed by each parameter's position, arrays as numpy -----------
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"state": {index: {name: value}}, "param_groups": [...]}``, host copies."""
+        index = {id(p): i for i, p in enumerate(self.parameters())}
+        state = {index[key]: {name: _to_host(value) for name, value in entry.items()}
+                 for key, entry in self.state.items() if key in index}
+        groups = [{**{k: v for k, v in g.items() if k != "params"},
+                   "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore hyper-parameters and state saved by ``state_dict`` (same parameter order)."""
+        params = self.parameters()
+        groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
+            raise ValueError("state_dict's parameter groups do not match this optimizer's")
+        for group, saved in zip(self.param_groups, groups, strict=True):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        xp = backend.xp()
+        self.state = {
+            id(params[int(i)]): {name: xp.array(value) if hasattr(value, "shape") else value
+                                 for name, value in entry.items()}
+            for i, entry in state_dict["state"].items()}
+
+
+def _to_host(value: Any) -> Any:
+    return backend.to_numpy(value).copy() if hasattr(value, "shape") else value

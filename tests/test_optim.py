@@ -1,0 +1,260 @@
+"""optim: every update rule against a hand-written numpy reference (and torch.optim if present)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist.optim import SGD, AdaGrad, Adam, Lookahead, LRScheduler, schedules
+
+SHAPES = [(3, 4), (4,)]
+STEPS = 6
+
+
+def make_params(dtype=np.float64, seed=0) -> list[md.nn.Parameter]:
+    rng = np.random.default_rng(seed)
+    return [md.nn.Parameter(rng.standard_normal(s).astype(dtype)) for s in SHAPES]
+
+
+def gradient_sequence(dtype=np.float64, seed=1) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(s).astype(dtype) for s in SHAPES] for _ in range(STEPS)]
+
+
+def run_optimizer(opt, params, grads) -> list[np.ndarray]:
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.copy()
+        opt.step()
+    return [p.numpy().copy() for p in params]
+
+
+# ---- numpy references: the formulas of each docstring, written plainly --------------------
+
+def sgd_reference(w, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    w, buf = w.copy(), None
+    for g in grads:
+        g = g + weight_decay * w
+        if momentum:
+            buf = g.copy() if buf is None else momentum * buf + g
+            g = g + momentum * buf if nesterov else buf
+        w = w - lr * g
+    return w
+
+
+def adam_reference(w, grads, lr, b1, b2, eps, weight_decay=0.0):
+    w, v, s = w.copy(), np.zeros_like(w), np.zeros_like(w)
+    for t, g in enumerate(grads, start=1):
+        g = g + weight_decay * w
+        v = b1 * v + (1 - b1) * g
+        s = b2 * s + (1 - b2) * g**2
+        v_hat, s_hat = v / (1 - b1**t), s / (1 - b2**t)
+        w = w - lr * v_hat / (np.sqrt(s_hat) + eps)
+    return w
+
+
+def adagrad_reference(w, grads, lr, eps, initial):
+    w, total = w.copy(), np.full_like(w, initial)
+    for g in grads:
+        total = total + g**2
+        w = w - lr * g / (np.sqrt(total) + eps)
+    return w
+
+
+CASES = [
+    (lambda p: SGD(p, lr=0.1), lambda w, g: sgd_reference(w, g, 0.1)),
+    (lambda p: SGD(p, lr=0.1, momentum=0.9),
+     lambda w, g: sgd_reference(w, g, 0.1, momentum=0.9)),
+    (lambda p: SGD(p, lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=True),
+     lambda w, g: sgd_reference(w, g, 0.05, 0.8, 0.01, nesterov=True)),
+    (lambda p: Adam(p, lr=0.01), lambda w, g: adam_reference(w, g, 0.01, 0.9, 0.999, 1e-8)),
+    (lambda p: Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+     lambda w, g: adam_reference(w, g, 0.02, 0.8, 0.99, 1e-6, 0.1)),
+    (lambda p: AdaGrad(p), lambda w, g: adagrad_reference(w, g, 0.05, 1e-8, 0.0)),
+    (lambda p: AdaGrad(p, lr=0.3, initial_accumulator=0.1),
+     lambda w, g: adagrad_reference(w, g, 0.3, 1e-8, 0.1)),
+]
+
+
+@pytest.mark.parametrize("make, reference", CASES)
+def test_update_rules_match_numpy_reference(make, reference):
+    params, grads = make_params(), gradient_sequence()
+    got = run_optimizer(make(params), params, grads)
+    for i, w0 in enumerate(make_params()):
+        expected = reference(w0.numpy(), [step[i] for step in grads])
+        np.testing.assert_allclose(got[i], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("make, reference", CASES)
+def test_float32_stays_float32_and_in_place(make, reference):
+    params = make_params(np.float32)
+    arrays = [p.data for p in params]
+    opt = make(params)
+    got = run_optimizer(opt, params, gradient_sequence(np.float32))
+    assert all(p.data is a and p.dtype == np.float32 for p, a in zip(params, arrays, strict=True))
+    state_arrays = [v for entry in opt.state.values() for v in entry.values()
+                    if hasattr(v, "dtype")]
+    assert all(v.dtype == np.float32 for v in state_arrays)
+    for i, w0 in enumerate(make_params()):
+        expected = reference(w0.numpy().astype(np.float32).astype(np.float64),
+                             [step[i].astype(np.float64) for step in gradient_sequence()])
+        np.testing.assert_allclose(got[i], expected, rtol=1e-4, atol=1e-5)
+
+
+TORCH_CASES = [
+    (lambda p: SGD(p, lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=True),
+     lambda t, p: t.optim.SGD(p, lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=True)),
+    (lambda p: Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+     lambda t, p: t.optim.Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    (lambda p: AdaGrad(p, lr=0.3, initial_accumulator=0.1),
+     lambda t, p: t.optim.Adagrad(p, lr=0.3, initial_accumulator_value=0.1, eps=1e-8)),
+]
+
+
+@pytest.mark.parametrize("make, make_torch", TORCH_CASES)
+def test_update_rules_match_torch_optim(make, make_torch):
+    torch = pytest.importorskip("torch")
+    params, grads = make_params(), gradient_sequence()
+    got = run_optimizer(make(params), params, grads)
+    torch_params = [torch.nn.Parameter(torch.from_numpy(p.numpy().copy()))
+                    for p in make_params()]
+    opt = make_torch(torch, torch_params)
+    for step_grads in grads:
+        for p, g in zip(torch_params, step_grads, strict=True):
+            p.grad = torch.from_numpy(g.copy())
+        opt.step()
+    for mine, theirs in zip(got, torch_params, strict=True):
+        np.testing.assert_allclose(mine, theirs.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_parameters_without_gradient_are_skipped():
+    params = make_params()
+    before = params[1].numpy().copy()
+    opt = Adam(params, lr=0.1)
+    params[0].grad = np.ones(SHAPES[0])
+    opt.step()
+    np.testing.assert_array_equal(params[1].numpy(), before)
+    assert id(params[1]) not in opt.state
+    opt.zero_grad()
+    assert all(p.grad is None for p in params)
+
+
+def test_param_groups_have_their_own_hyper_parameters():
+    params, grads = make_params(), gradient_sequence()
+    opt = SGD([{"params": [params[0]]}, {"params": [params[1]], "lr": 0.5}], lr=0.1)
+    got = run_optimizer(opt, params, grads)
+    for i, lr in enumerate((0.1, 0.5)):
+        expected = sgd_reference(make_params()[i].numpy(), [step[i] for step in grads], lr)
+        np.testing.assert_allclose(got[i], expected, rtol=1e-12)
+    with pytest.raises(ValueError, match="more than one group"):
+        SGD([{"params": [params[0]]}, {"params": [params[0]]}], lr=0.1)
+    with pytest.raises(ValueError, match="empty"):
+        Adam([])
+
+
+def test_optimizer_state_dict_resumes_exactly():
+    grads = gradient_sequence()
+    params = make_params()
+    opt = Adam(params, lr=0.01)
+    run_optimizer(opt, params, grads[:3])
+    saved_params, saved_state = [p.numpy().copy() for p in params], opt.state_dict()
+    assert saved_state["state"][0]["step"] == 3
+    assert isinstance(saved_state["state"][0]["exp_avg"], np.ndarray)
+    final = run_optimizer(opt, params, grads[3:])
+
+    resumed = [md.nn.Parameter(w.copy()) for w in saved_params]
+    opt2 = Adam(resumed, lr=0.5)  # lr comes back from the checkpoint
+    opt2.load_state_dict(saved_state)
+    assert opt2.param_groups[0]["lr"] == 0.01
+    for a, b in zip(run_optimizer(opt2, resumed, grads[3:]), final, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adam_minimises_a_quadratic_through_autograd():
+    target = np.array([1.0, -2.0, 3.0])
+    w = md.nn.Parameter(np.zeros(3))
+    opt = Adam([w], lr=0.1)
+    for _ in range(300):
+        opt.zero_grad()
+        ((w - target) * (w - target)).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(w.numpy(), target, atol=1e-3)
+
+
+def test_lookahead_matches_reference():
+    k, alpha, lr = 3, 0.5, 0.1
+    params, grads = make_params(), gradient_sequence()
+    got = run_optimizer(Lookahead(SGD(params, lr=lr), k=k, alpha=alpha), params, grads)
+    for i, w0 in enumerate(make_params()):
+        fast = slow = w0.numpy().copy()
+        for t, step in enumerate(grads, start=1):
+            fast = fast - lr * step[i]
+            if t % k == 0:
+                slow = slow + alpha * (fast - slow)
+                fast = slow.copy()
+        np.testing.assert_allclose(got[i], fast, rtol=1e-12)
+    # alpha = 1 is the plain base optimiser
+    params = make_params()
+    plain = run_optimizer(Lookahead(SGD(params, lr=lr), k=2, alpha=1.0), params, grads)
+    for i, w0 in enumerate(make_params()):
+        expected = sgd_reference(w0.numpy(), [s[i] for s in grads], lr)
+        np.testing.assert_allclose(plain[i], expected, rtol=1e-12)
+
+
+def test_invalid_hyper_parameters_are_rejected():
+    params = make_params()
+    with pytest.raises(ValueError):
+        SGD(params, lr=-1.0)
+    with pytest.raises(ValueError, match="Nesterov"):
+        SGD(params, lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="betas"):
+        Adam(params, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="k must"):
+        Lookahead(SGD(params, lr=0.1), k=0)
+
+
+# ---- schedules ---------------------------------------------------------------------------------
+
+def test_schedule_formulas():
+    assert [schedules.constant(0.3)(t) for t in (0, 100)] == [0.3, 0.3]
+    decay = schedules.step_decay(1.0, step_size=10, gamma=0.5)
+    assert [decay(t) for t in (0, 9, 10, 25)] == [1.0, 1.0, 0.5, 0.25]
+    cos = schedules.cosine(1.0, total_steps=100, min_lr=0.1)
+    assert cos(0) == pytest.approx(1.0) and cos(100) == pytest.approx(0.1)
+    assert cos(50) == pytest.approx(0.55) and cos(500) == pytest.approx(0.1)
+    assert cos(25) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2)
+    warm = schedules.linear_warmup(0.4, warmup_steps=4)
+    assert [warm(t) for t in range(6)] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.4])
+    warm_cos = schedules.with_warmup(schedules.cosine(1.0, 10), warmup_steps=5, start_lr=0.5)
+    assert warm_cos(0) == 0.5 and warm_cos(5) == pytest.approx(1.0)
+    assert warm_cos(10) == pytest.approx(0.5) and warm_cos(15) == pytest.approx(0.0)
+
+
+def test_linear_scaling_rule_with_gradual_warmup():
+    assert schedules.scaled_lr(0.1, 8192, 256) == pytest.approx(3.2)
+    rule = schedules.linear_scaling(0.1, batch_size=1024, base_batch_size=256, warmup_steps=10)
+    assert rule(0) == pytest.approx(0.1)          # starts at the small-batch lr
+    assert rule(5) == pytest.approx(0.1 + 0.3 * 5 / 10)
+    assert rule(10) == pytest.approx(0.4) and rule(1000) == pytest.approx(0.4)
+    decayed = schedules.linear_scaling(0.1, 512, warmup_steps=2,
+                                       after=lambda lr: schedules.step_decay(lr, 10))
+    assert decayed(2) == pytest.approx(0.2) and decayed(12) == pytest.approx(0.02)
+
+
+def test_lr_scheduler_drives_every_group():
+    params = make_params()
+    opt = SGD([{"params": [params[0]]}, {"params": [params[1]]}], lr=1.0)
+    scheduler = LRScheduler(opt, schedules.linear_warmup(0.4, warmup_steps=4))
+    seen = []
+    for _ in range(5):
+        seen.append([g["lr"] for g in opt.param_groups])
+        opt.step()
+        scheduler.step()
+    np.testing.assert_allclose(seen, [[0.0, 0.0], [0.1, 0.1], [0.2, 0.2], [0.3, 0.3], [0.4, 0.4]])
+    assert scheduler.last_lr == pytest.approx(0.4)
+    lookahead = Lookahead(Adam(make_params(), lr=1.0))
+    LRScheduler(lookahead, schedules.constant(0.01))
+    assert lookahead.param_groups[0]["lr"] == 0.01
