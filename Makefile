@@ -11,7 +11,7 @@ export MKL_NUM_THREADS := 1
 # the venv's bin/ must be on PATH: nbgrader calls `alembic`, launch calls `mpiexec`
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test lint lab bench clean
+.PHONY: demo test lint lab bench release grade clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ lint: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab labs/
+
+release: $(STAMP)
+	$(BIN)/python -m minidist.course release
+
+# make grade SUBMISSIONS=path/to/folder   (nbgrader's submitted/ layout or flat <student>_<lab>.ipynb)
+grade: $(STAMP)
+	$(BIN)/python -m minidist.course grade $(SUBMISSIONS)
 
 bench: $(STAMP)
 	$(BIN)/python -m minidist.bench.autograd

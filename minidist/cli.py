@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "course":
-        from minidist.course.__main__ import main as course_main
+        from minidist.course import main as course_main
 
         return course_main(rest) or 0
     if command in ("example", "bench") and rest:

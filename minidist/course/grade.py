@@ -1,0 +1,267 @@
+"""Grade: autograde every submission in a folder, each student in isolation.
+
+    python -m minidist.course grade SUBMISSIONS [--out grading/out] [--jobs 2]
+
+The release gradebook (graded cells, points, hidden tests) is built once from
+``solutions/`` in a private scratch folder. Then, for every submission:
+
+1. a private course folder (0700) receives a copy of that gradebook and this
+   student's notebook only;
+2. ``nbgrader autograde`` runs there, in its own process group, under the
+   lab's wall-clock limit (``settings.LAB_LIMITS``); nbgrader restores the
+   locked test cells from the gradebook and starts the kernel through
+   ``sandbox.py`` (limits, own uid, course hidden: see ``isolation.py``);
+3. every process left behind is killed, the scores are read from the private
+   gradebook, ``nbgrader generate_feedback`` writes the HTML feedback (hidden
+   tests removed), and the private folder is deleted.
+
+Whatever a notebook does (loop, crash its kernel, delete test cells, not be a
+notebook at all) ends as a score and a sentence in its own row.
+Cost: about 5 s plus the notebook's own run time per student; ``--jobs``
+students at a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minidist.course import isolation
+from minidist.course.release import build_course, nbgrader_env
+from minidist.course.settings import known_labs, limits_for
+from minidist.course.submissions import Submission, collect
+
+FEEDBACK_CONFIG = """c = get_config()  # noqa
+c.Execute.timeout = {timeout}
+c.Execute.error_on_timeout = {{"ename": "CellTimeoutError", "evalue": {reason!r},
+                               "traceback": ["CellTimeoutError: " + {reason!r}]}}
+c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades",
+                                    "nbgrader.preprocessors.ClearHiddenTests",
+                                    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+"""
+
+
+@dataclass
+class GradeResult:
+    """One row of ``grades.csv``: a student's score on a lab and what went wrong."""
+
+    student: str
+    lab: str
+    score: float
+    max_score: float
+    problems: list[str] = field(default_factory=list)
+    task_scores: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class Release:
+    """The graded labs as nbgrader sees them, built once per grading run."""
+
+    course: Path
+    notebooks: dict[str, list[str]]
+    max_scores: dict[str, float]
+
+
+def build_release(root: Path, scratch: Path) -> Release:
+    """generate_assignment for every lab into ``scratch``; read points from its gradebook."""
+    from nbgrader.api import Gradebook
+
+    labs = known_labs(root)
+    build_course(root, labs, scratch)
+    notebooks = {lab: sorted(p.name for p in (scratch / "release" / lab).glob("*.ipynb"))
+                 for lab in labs}
+    with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as gradebook:
+        max_scores = {lab: float(gradebook.find_assignment(lab).max_score) for lab in labs}
+    return Release(scratch, notebooks, max_scores)
+
+
+def failed_cells(autograded: Path) -> list[str]:
+    """'grade_id: Error: message' for each graded cell that failed and each cell that timed out."""
+    lines = []
+    for path in sorted(autograded.glob("*.ipynb")):
+        for cell in json.loads(path.read_text()).get("cells", []):
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            timed_out = any(o.get("ename") == "CellTimeoutError" for o in errors)
+            if errors and (meta.get("grade") or timed_out):
+                evalue = str(errors[-1].get("evalue", "")).strip().splitlines()
+                lines.append(f"{meta.get('grade_id')}: {errors[-1].get('ename')}: "
+                             f"{evalue[0][:200] if evalue else ''}".rstrip(": "))
+    return lines
+
+
+def nbgrader_failure(log: str) -> str:
+    """The sentence for an autograde run that produced no graded notebook."""
+    if "DeadKernelError" in log or "Kernel died" in log:
+        return "the kernel died (os._exit, a crash, or the memory/CPU limit): scored zero"
+    if "UnresponsiveKernelError" in log:
+        return "the kernel stopped answering and could not be interrupted: scored zero"
+    tail = [line for line in log.splitlines() if "rror" in line]
+    return f"nbgrader could not grade it: {tail[-1][:200] if tail else 'see the log'}"
+
+
+class Grader:
+    """Grades submissions of the labs in ``root/solutions`` into ``out``."""
+
+    def __init__(self, root: Path, out: Path, cell_timeout: int | None = None):
+        self.root, self.out, self.cell_timeout = root, out, cell_timeout
+        self._scratch = Path(tempfile.mkdtemp(prefix="minidist-release-"))
+        self.release = build_release(root, self._scratch)
+        self._uids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def grade_all(self, folder: Path, jobs: int = 2) -> list[GradeResult]:
+        submissions = collect(folder, self.release.notebooks)
+        hide = [self.root / name for name in ("solutions", "grading", "tests", ".git")]
+        hide += [folder.resolve(), self.out.resolve()]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(lambda s: self.grade_one(s, hide), submissions))
+        self.write_csv(results)
+        return results
+
+    def grade_one(self, sub: Submission, hide: list[Path]) -> GradeResult:
+        started = time.perf_counter()
+        max_score = self.release.max_scores.get(sub.lab, 0.0)
+        if sub.problem is not None:
+            result = GradeResult(sub.student, sub.lab, 0.0, max_score, [sub.problem])
+            self._write_problem_page(result)
+            return result
+        private = Path(tempfile.mkdtemp(prefix="minidist-grade-"))  # 0700
+        try:
+            result = self._autograde(sub, private, hide, max_score)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _autograde(self, sub: Submission, private: Path, hide: list[Path],
+                   max_score: float) -> GradeResult:
+        limits = limits_for(sub.lab)
+        timeout = self.cell_timeout or limits.cell_timeout_s
+        course = private / "course"
+        submitted = course / "submitted" / sub.student / sub.lab
+        submitted.mkdir(parents=True)
+        shutil.copyfile(self.release.course / "gradebook.db", course / "gradebook.db")
+        for name, path in sub.notebooks.items():
+            shutil.copyfile(path, submitted / name)
+        reason = f"the cell ran longer than {timeout} s and was stopped; it scores zero"
+        (course / "nbgrader_config.py").write_text(
+            FEEDBACK_CONFIG.format(timeout=timeout, reason=reason))
+        isolation.write_kernel_spec(private / "jupyter")
+        with self._lock:
+            uid = isolation.pick_uid(self._uids) if isolation.running_as_root() else None
+        workdir = isolation.make_workdir(uid)
+        env = nbgrader_env(private / "home")
+        env.update(JUPYTER_PATH=str(private / "jupyter"),
+                   JUPYTER_RUNTIME_DIR=str(private / "runtime"),
+                   MINIDIST_SANDBOX=isolation.sandbox_settings(
+                       workdir, private / "staging", uid, hide, limits.memory_mb, limits.cpu_s,
+                       limits.processes))
+        (private / "home").mkdir()
+        (private / "staging").mkdir()
+        command = [sys.executable, "-m", "nbgrader", "autograde", sub.lab, "--force",
+                   f"--student={sub.student}", f"--CourseDirectory.root={course}"]
+        try:
+            returncode, log = isolation.run_isolated(command, course, env,
+                                                     limits.notebook_timeout_s)
+        finally:
+            if uid is not None:
+                isolation.kill_user(uid)
+                with self._lock:
+                    self._uids.discard(uid)
+            shutil.rmtree(workdir, ignore_errors=True)
+        if "sandbox: could not hide" in log:  # the kernel ran, but without the mount namespace
+            print(f"warning: the sandbox of {sub.student} could not hide the course "
+                  "(see grading/README.md)", file=sys.stderr)
+        result = GradeResult(sub.student, sub.lab, 0.0, max_score)
+        autograded = course / "autograded" / sub.student / sub.lab
+        if returncode is None:
+            result.problems.append(f"grading stopped at the {limits.notebook_timeout_s} s "
+                                   "limit for the whole notebook: scored zero")
+        elif not any(autograded.glob("*.ipynb")):
+            result.problems.append(nbgrader_failure(log))
+        else:
+            self._read_scores(course, result)
+            result.problems.extend(failed_cells(autograded))
+            self._write_feedback(course, sub, env, result)
+        return result
+
+    def _read_scores(self, course: Path, result: GradeResult) -> None:
+        """Scores from the private gradebook, which the sandboxed kernel could not reach."""
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+            submission = gradebook.find_submission(result.lab, result.student)
+            result.score = float(submission.score)
+            for notebook in submission.notebooks:
+                for grade in notebook.grades:
+                    result.task_scores[grade.name] = float(grade.score)
+
+    def _write_feedback(self, course: Path, sub: Submission, env: dict[str, str],
+                        result: GradeResult) -> None:
+        command = [sys.executable, "-m", "nbgrader", "generate_feedback", sub.lab, "--force",
+                   f"--student={sub.student}", f"--CourseDirectory.root={course}"]
+        env = {k: v for k, v in env.items() if k != "MINIDIST_SANDBOX"}
+        returncode, log = isolation.run_isolated(command, course, env, timeout=120)
+        pages = list((course / "feedback" / sub.student / sub.lab).glob("*.html"))
+        if returncode != 0 or not pages:
+            result.problems.append("feedback could not be written: " + log[-200:])
+        dest = self.out / "feedback" / sub.student / sub.lab
+        dest.mkdir(parents=True, exist_ok=True)
+        for page in pages:
+            shutil.copyfile(page, dest / page.name)
+
+    def _write_problem_page(self, result: GradeResult) -> None:
+        dest = self.out / "feedback" / result.student / result.lab.replace("?", "unknown_lab")
+        dest.mkdir(parents=True, exist_ok=True)
+        items = "".join(f"<li>{html.escape(p)}</li>" for p in result.problems)
+        (dest / "problem.html").write_text(
+            f"<html><body><h1>{html.escape(result.lab)}: {result.score:g} / "
+            f"{result.max_score:g}</h1><ul>{items}</ul></body></html>\n")
+
+    def write_csv(self, results: list[GradeResult]) -> Path:
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / "grades.csv"
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["student", "lab", "score", "max_score", "problems"])
+            for r in sorted(results, key=lambda r: (r.student, r.lab)):
+                writer.writerow([r.student, r.lab, f"{r.score:g}", f"{r.max_score:g}",
+                                 " | ".join(r.problems)])
+        return path
+
+
+def summary_table(results: list[GradeResult]) -> str:
+    """The table ``grade`` prints: student, lab, score, max, problems (the first, and a count)."""
+    rows = [("student", "lab", "score", "max", "problems")]
+    for r in sorted(results, key=lambda r: (r.student, r.lab)):
+        problems = r.problems[0][:90] if r.problems else ""
+        if len(r.problems) > 1:
+            problems += f" (+{len(r.problems) - 1} more)"
+        rows.append((r.student, r.lab, f"{r.score:g}", f"{r.max_score:g}", problems))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True))
+                     + "  " + row[4] for row in rows)
+
+
+def grade(root: Path, folder: Path, out: Path, jobs: int = 2,
+          cell_timeout: int | None = None) -> list[GradeResult]:
+    """Grade every submission in ``folder``; write ``out/grades.csv`` and ``out/feedback/``."""
+    grader = Grader(root, out, cell_timeout)
+    try:
+        return grader.grade_all(folder, jobs)
+    finally:
+        grader.close()

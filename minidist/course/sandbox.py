@@ -1,0 +1,144 @@
+"""The sandbox a submission's kernel runs in: the only process that runs student code.
+
+nbgrader starts a Jupyter kernel to execute a notebook. ``grade`` points the
+``python3`` kernel spec at this module instead of ``ipykernel_launcher``, so
+the kernel is born here, locks itself in, then becomes an ordinary IPython
+kernel (``exec``, same pid, so nbgrader can still interrupt or kill it).
+Locking in, in order:
+
+1. hide the course (root only): in a private mount namespace, an empty
+   read-only tmpfs is mounted over ``solutions/``, ``grading/``, ``tests/``,
+   ``.git/``, the submissions folder and the output folder; and where the
+   Python installation sits in a folder other users cannot enter (``/root``),
+   that folder is replaced by an empty one into which only the installation
+   is bind-mounted, read-only;
+2. limits: address space (RLIMIT_AS), CPU seconds, processes (RLIMIT_NPROC,
+   counted per user), file size, no core files;
+3. drop privileges (root only): become a user id of its own, with no
+   groups, so the grader's files (0700) and the gradebook are unreadable and
+   every process the notebook leaves behind can be found by its uid;
+4. an empty working directory that is also HOME and TMPDIR.
+
+The settings come from the ``MINIDIST_SANDBOX`` environment variable (JSON),
+written by ``minidist.course.grade``. Without root, steps 1 and 3 are skipped:
+the notebook then runs as the grader's user and can read what that user can
+read; grade inside a container, as root, for the full isolation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 1 << 14, 1 << 18
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           options: str | None = None) -> None:
+    args = [s.encode() if s is not None else None for s in (source, target, fstype)]
+    if _libc.mount(*args, flags, options.encode() if options else None) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def private_namespace() -> None:
+    """A mount namespace of our own: mounts made from now on are invisible outside."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE)
+
+
+def closed_ancestor(path: str) -> str | None:
+    """The outermost folder on ``path`` that other users cannot enter, if any."""
+    parts = Path(path).parts
+    for depth in range(2, len(parts) + 1):
+        folder = os.path.join(*parts[:depth])
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def expose(paths: list[str], staging: str) -> None:
+    """Make each path readable although an ancestor is closed (``/root/.pyenv`` in ``/root``)."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        ancestor = closed_ancestor(path)
+        if ancestor is not None and ancestor != path:
+            groups.setdefault(ancestor, []).append(path)
+    for n, (ancestor, inside) in enumerate(groups.items()):
+        staged = []
+        for i, path in enumerate(inside):
+            stage = os.path.join(staging, f"{n}-{i}")
+            os.makedirs(stage, mode=0o700)
+            _mount(path, stage, None, MS_BIND | MS_REC)
+            staged.append((stage, path))
+        _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+        for stage, path in staged:
+            os.makedirs(path, exist_ok=True)
+            for parent in [path, *map(str, Path(path).parents)]:
+                if parent.startswith(ancestor):
+                    os.chmod(parent, 0o755)
+            _mount(stage, path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def hide(paths: list[str]) -> None:
+    """Mount an empty read-only tmpfs over each folder in ``paths``."""
+    for path in paths:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0555")
+
+
+def set_limits(memory_mb: int, cpu_s: int, processes: int) -> None:
+    """Bound the kernel and every process it starts (limits are inherited)."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def kernel_environment(workdir: str) -> dict[str, str]:
+    """A small, explicit environment: nothing of the grader's but PATH and the locale."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
+    return {**keep, "HOME": workdir, "TMPDIR": workdir, "IPYTHONDIR": f"{workdir}/.ipython",
+            "JUPYTER_RUNTIME_DIR": workdir, "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def main(argv: list[str]) -> None:
+    settings = json.loads(os.environ["MINIDIST_SANDBOX"])
+    workdir, uid = settings["workdir"], settings.get("uid")
+    args = list(argv)
+    connection = Path(args[args.index("-f") + 1])
+    private_connection = Path(workdir) / ".kernel-connection.json"
+    shutil.copyfile(connection, private_connection)  # the original sits where uid cannot look
+    args[args.index("-f") + 1] = str(private_connection)
+    if uid is not None:
+        try:
+            private_namespace()
+            expose(settings["expose"], settings["staging"])
+            hide(settings["hide"])
+        except OSError as error:
+            print(f"sandbox: could not hide the course ({error}); running unprivileged without it",
+                  file=sys.stderr)
+        os.chown(private_connection, uid, uid)
+    set_limits(settings["memory_mb"], settings["cpu_s"], settings["processes"])
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    os.chdir(workdir)
+    os.execve(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args],
+              kernel_environment(workdir))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

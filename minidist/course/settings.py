@@ -1,0 +1,48 @@
+"""Per-lab grading limits: the one table that nbgrader's config and ``grade`` both read.
+
+nbgrader stops a cell after 30 s by default; a lab whose cells train a model
+or start an MPI job needs more, so every lab states its limits here on
+purpose. ``grading/nbgrader_config.py`` sets nbgrader's cell timeout to the
+largest of them (for plain ``nbgrader`` commands); ``python -m
+minidist.course grade`` uses each lab's own row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LabLimits:
+    """What one student's notebook of this lab may use while it is graded."""
+
+    cell_timeout_s: int = 60       # nbgrader's per-cell timeout: the cell then scores zero
+    notebook_timeout_s: int = 600  # wall clock for the whole autograde of one student
+    memory_mb: int = 4096          # address space of the kernel (RLIMIT_AS)
+    cpu_s: int = 600               # CPU seconds of the kernel (RLIMIT_CPU)
+    processes: int = 256           # processes and threads of the sandbox user (RLIMIT_NPROC)
+
+
+LAB_LIMITS: dict[str, LabLimits] = {
+    # Lab 1: gradient checks take a second each; training the MLP takes ~10 s.
+    "lab01_autograd": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
+                                cpu_s=300),
+}
+DEFAULT_LIMITS = LabLimits()
+
+
+def limits_for(lab: str) -> LabLimits:
+    """The limits of ``lab``, or the defaults for a lab not in the table."""
+    return LAB_LIMITS.get(lab, DEFAULT_LIMITS)
+
+
+def course_root() -> Path:
+    """The repository root: ``solutions/``, ``labs/`` and ``grading/`` live there."""
+    return Path(__file__).resolve().parents[2]
+
+
+def known_labs(root: Path) -> list[str]:
+    """The labs that have source notebooks in ``solutions/``."""
+    return sorted(p.name for p in (root / "solutions").iterdir()
+                  if p.is_dir() and any(p.glob("*.ipynb")))

@@ -1,0 +1,104 @@
+"""Finding submissions: nbgrader's ``submitted/`` tree, or a flat export from an LMS.
+
+Two layouts are accepted, mixed if need be:
+
+- ``<folder>/<student>/<lab>/<notebook>.ipynb`` (nbgrader's ``submitted/``; a
+  course folder that contains ``submitted/`` works too);
+- ``<folder>/<student>_<lab>.ipynb`` (one file per student and lab).
+
+Nothing here runs student code. A file that cannot be graded (not JSON, no
+cells, named for no known lab) becomes a ``Submission`` with a ``problem``,
+which scores zero with that sentence in the summary instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_NOTEBOOK_BYTES = 50 << 20
+
+
+@dataclass
+class Submission:
+    """One student's work for one lab: notebook name -> file, or the reason it cannot run."""
+
+    student: str
+    lab: str
+    notebooks: dict[str, Path] = field(default_factory=dict)
+    problem: str | None = None
+
+
+def safe_id(name: str) -> str:
+    """A student id nbgrader and file systems accept: letters, digits, ``_ - .``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "unnamed"
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why ``path`` is not a gradable notebook, in one sentence, or None."""
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        return f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MB"
+    try:
+        notebook = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as error:
+        return f"{path.name} is not a notebook (not JSON: {error})"
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        return f"{path.name} is not a notebook (no list of cells)"
+    if notebook.get("nbformat") != 4:
+        return f"{path.name} is not an nbformat 4 notebook"
+    return None
+
+
+def _split_flat_name(stem: str, labs: list[str]) -> tuple[str, str] | None:
+    for lab in sorted(labs, key=len, reverse=True):
+        if stem.endswith("_" + lab) and len(stem) > len(lab) + 1:
+            return stem[: -len(lab) - 1], lab
+    return None
+
+
+def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
+    parts = _split_flat_name(path.stem, list(release))
+    if parts is None:
+        return Submission(safe_id(path.stem), "?", problem=f"{path.name} is named for no "
+                          f"known lab (expected <student>_<lab>.ipynb, labs: {', '.join(release)})")
+    student, lab = parts
+    if len(release[lab]) != 1:
+        return Submission(safe_id(student), lab, problem=f"{lab} has several notebooks: "
+                          "submit it as <student>/<lab>/<notebook>.ipynb")
+    return Submission(safe_id(student), lab, {release[lab][0]: path})
+
+
+def _nested(student_dir: Path, release: dict[str, list[str]]) -> list[Submission]:
+    found = []
+    for lab_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
+        student, lab = safe_id(student_dir.name), lab_dir.name
+        if lab not in release:
+            found.append(Submission(student, "?", problem=f"folder {lab_dir.name} is named for "
+                                    "no known lab"))
+            continue
+        notebooks = {p.name: p for p in lab_dir.glob("*.ipynb") if p.name in release[lab]}
+        missing = sorted(set(release[lab]) - set(notebooks))
+        problem = f"missing notebook {', '.join(missing)}" if missing else None
+        found.append(Submission(student, lab, notebooks, problem))
+    return found
+
+
+def collect(folder: Path, release: dict[str, list[str]]) -> list[Submission]:
+    """Every submission under ``folder``; ``release`` maps each lab to its notebook names."""
+    if (folder / "submitted").is_dir():
+        folder = folder / "submitted"
+    found: list[Submission] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        found.extend(_nested(entry, release) if entry.is_dir() else [_flat(entry, release)])
+    seen: set[tuple[str, str]] = set()
+    for sub in found:
+        if sub.problem is None:
+            sub.problem = next(filter(None, map(notebook_problem, sub.notebooks.values())), None)
+        if sub.lab != "?" and (sub.student, sub.lab) in seen:
+            sub.problem, sub.notebooks = "a second submission for the same lab (ignored)", {}
+        seen.add((sub.student, sub.lab))
+    return found

@@ -1,0 +1,122 @@
+"""Checks for Lab 1 (autograd and optimisers) that need more than one comparison.
+
+Each takes the function or class under test, so the notebook passes the
+student's and the test suite passes the library's (``pytest -m lab01_adam``).
+Expected values never come from the code under test: graph properties are
+checked directly, gradients against finite differences, optimiser steps
+against a reference trajectory computed before the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from minidist.labkit.blocking import blocked
+from minidist.labkit.checks import expect, expect_close, numerical_gradient
+
+
+def graph_nodes(root: Any) -> list[Any]:
+    """Every tensor that ``root`` was computed from (through recorded ops), in no order."""
+    seen: dict[int, Any] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node._ctx.parents if node._ctx is not None else [])
+    return list(seen.values())
+
+
+def check_topological_order(order_fn: Callable[[Any], list[Any]], root: Any, what: str) -> None:
+    """``order_fn(root)``: every node once, each after all of its inputs, ``root`` last."""
+    __tracebackhide__ = True
+    order = list(order_fn(root))
+    position = {id(node): i for i, node in enumerate(order)}
+    expect(len(position) == len(order), f"{what}: a tensor appears more than once")
+    nodes = graph_nodes(root)
+    missing = [n for n in nodes if id(n) not in position]
+    expect(not missing, f"{what}: {len(missing)} of the {len(nodes)} tensors are missing")
+    expect(len(order) == len(nodes), f"{what}: {len(order)} entries, but the graph has "
+           f"{len(nodes)} tensors")
+    expect(order[-1] is root, f"{what}: the root (the output) must come last")
+    for node in order:
+        for parent in node._ctx.parents if node._ctx is not None else []:
+            expect(position[id(parent)] < position[id(node)],
+                   f"{what}: the output of {node._ctx.fn.__name__} at position "
+                   f"{position[id(node)]} comes before its input at {position[id(parent)]}")
+
+
+def check_backward_pass(backward_fn: Callable[[Any], None], build: Callable[..., Any],
+                        arrays: list[np.ndarray], what: str) -> None:
+    """``backward_fn(build(*leaves))`` must leave d output / d leaf in every ``leaf.grad``.
+
+    The leaves already hold a gradient of ones, so accumulation (``+=``) is
+    checked too. Expected: finite differences of ``build``'s value, plus one.
+    """
+    __tracebackhide__ = True
+    from minidist.autograd import Tensor, no_grad
+
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    leaves = [Tensor(a.copy(), requires_grad=True) for a in arrays]
+    for leaf in leaves:
+        leaf.grad = np.ones_like(leaf.data)
+
+    def value(*xs: np.ndarray) -> float:
+        with no_grad():
+            return float(build(*[Tensor(x) for x in xs]).data)
+
+    backward_fn(build(*leaves))
+    for i, leaf in enumerate(leaves):
+        expected = numerical_gradient(value, arrays, i) + 1.0
+        expect_close(f"{what}: gradient of input {i} (which already held ones)", leaf.grad,
+                     expected, rtol=1e-4, atol=1e-6)
+
+
+def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[list[Any]], Any],
+                    what: str, block: tuple[str, ...] = (), steps: int = 4,
+                    seed: int = 0) -> None:
+    """Run ``make(params)`` and ``make_reference(params)`` on the same gradients; compare.
+
+    Two parameters of different shapes, ``steps`` steps with fresh random
+    gradients; a third parameter never gets a gradient and must not move.
+    The reference runs first; then ``make`` runs with the ``block`` targets blocked.
+    """
+    __tracebackhide__ = True
+    from minidist.autograd import Tensor
+
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 4), (5,), (2,)]
+    start = [rng.standard_normal(s) for s in shapes]
+    grads = [[rng.standard_normal(s) for s in shapes[:2]] for _ in range(steps)]
+
+    def trajectory(factory: Callable[[list[Any]], Any]) -> list[list[np.ndarray]]:
+        params = [Tensor(x.copy(), requires_grad=True) for x in start]
+        optimizer = factory(params)
+        states = []
+        for step_grads in grads:
+            for p, g in zip(params, step_grads, strict=False):
+                p.grad = g.copy()
+            params[2].grad = None
+            optimizer.step()
+            states.append([p.data.copy() for p in params])
+        return states
+
+    expected = trajectory(make_reference)
+    with blocked(*block):
+        got = trajectory(make)
+    for step, (got_step, expected_step) in enumerate(zip(got, expected, strict=True)):
+        for i, (g, e) in enumerate(zip(got_step, expected_step, strict=True)):
+            expect_close(f"{what}: parameter {i} after step {step + 1}", g, e, rtol=1e-6,
+                         atol=1e-9)
+
+
+def accuracy(model: Any, dataset: Any) -> float:
+    """Fraction of ``dataset`` that ``model`` classifies right (argmax of the logits)."""
+    from minidist.autograd import Tensor, no_grad
+
+    with no_grad():
+        logits = model(Tensor(dataset.x)).data
+    return float((np.asarray(logits).argmax(axis=1) == dataset.y).mean())

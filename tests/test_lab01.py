@@ -1,0 +1,160 @@
+"""Lab 1's checks, run on the library's reference code, one pytest marker per task.
+
+``pytest -m lab01_adam`` runs the check that grades Task 10 against
+``md.optim.Adam``: the notebook and the library are held to the same checks.
+Also: the labkit's own behaviour (sentences, ``blocked``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist.labkit import BlockedError, CheckFailed, blocked, check_backward, expect_close, task
+from minidist.labkit.lab01 import (
+    accuracy,
+    check_backward_pass,
+    check_optimizer,
+    check_topological_order,
+)
+
+rng = np.random.default_rng(0)
+
+
+@pytest.mark.lab01_unbroadcast
+def test_unbroadcast():
+    g = rng.standard_normal((3, 2, 5, 4))
+    expect_close("to (5, 1)", md.autograd.unbroadcast(g, (5, 1)), g.sum(axis=(0, 1, 3))[:, None])
+    expect_close("to ()", md.autograd.unbroadcast(g, ()), g.sum())
+
+
+@pytest.mark.lab01_backward_mul
+def test_mul_backward():
+    check_backward(md.autograd.Mul, rng.standard_normal((2, 1, 3)), rng.standard_normal((5, 1)),
+                   what="Mul")
+
+
+@pytest.mark.lab01_backward_matmul
+def test_matmul_backward():
+    check_backward(md.autograd.MatMul, rng.standard_normal((2, 1, 3, 4)),
+                   rng.standard_normal((3, 4, 2)), what="MatMul")
+
+
+@pytest.mark.lab01_backward_sum
+def test_sum_backward():
+    check_backward(md.autograd.Sum, rng.standard_normal((2, 3, 4)), axis=(0, 2), what="Sum")
+
+
+@pytest.mark.lab01_backward_relu
+def test_relu_backward():
+    check_backward(md.autograd.ReLU, rng.standard_normal((4, 5)), what="ReLU")
+
+
+@pytest.mark.lab01_backward_log_softmax
+def test_log_softmax_backward():
+    check_backward(md.autograd.LogSoftmax, rng.standard_normal((4, 3)), axis=0, what="LogSoftmax")
+
+
+@pytest.mark.lab01_topological_order
+def test_topological_order():
+    x = md.Tensor(rng.standard_normal((2, 3)), requires_grad=True)
+    h = (x @ md.Tensor(rng.standard_normal((3, 3)), requires_grad=True)).relu()
+    check_topological_order(md.autograd.topological_order, (h * h).sum() + h.sum(), "diamond")
+
+
+@pytest.mark.lab01_backward_pass
+def test_backward_pass():
+    check_backward_pass(lambda root: root.backward(), lambda a: (a * a * a).sum(),
+                        [rng.standard_normal(4)], "(a * a * a).sum()")
+
+
+def _sgd_reference(params, lr, momentum):
+    """SGD with momentum written out: v = mu v + g, w -= lr v."""
+    class Reference:
+        velocity = [np.zeros_like(p.data) for p in params]
+
+        def step(self):
+            for p, v in zip(params, self.velocity, strict=True):
+                if p.grad is not None:
+                    v *= momentum
+                    v += p.grad
+                    p.data -= lr * v
+    return Reference()
+
+
+def _adam_reference(params, lr, betas, eps):
+    """Adam written out from Kingma & Ba, with bias correction."""
+    class Reference:
+        m = [np.zeros_like(p.data) for p in params]
+        s = [np.zeros_like(p.data) for p in params]
+        t = 0
+
+        def step(self):
+            self.t += 1
+            for p, m, s in zip(params, self.m, self.s, strict=True):
+                if p.grad is not None:
+                    m[:] = betas[0] * m + (1 - betas[0]) * p.grad
+                    s[:] = betas[1] * s + (1 - betas[1]) * p.grad ** 2
+                    m_hat, s_hat = m / (1 - betas[0] ** self.t), s / (1 - betas[1] ** self.t)
+                    p.data -= lr * m_hat / (np.sqrt(s_hat) + eps)
+    return Reference()
+
+
+@pytest.mark.lab01_sgd_momentum
+def test_sgd_momentum():
+    check_optimizer(lambda ps: md.optim.SGD(ps, lr=0.03, momentum=0.5),
+                    lambda ps: _sgd_reference(ps, 0.03, 0.5), "SGD", steps=6)
+
+
+@pytest.mark.lab01_adam
+def test_adam():
+    check_optimizer(lambda ps: md.optim.Adam(ps, lr=0.1, betas=(0.5, 0.9), eps=1e-3),
+                    lambda ps: _adam_reference(ps, 0.1, (0.5, 0.9), 1e-3), "Adam", steps=6)
+
+
+@pytest.mark.lab01_train_mlp
+def test_train_mlp_reaches_ninety_percent():
+    train, test = md.data.load_digits(test_fraction=0.3, seed=5)
+    md.nn.manual_seed(0)
+    model = md.nn.MLP([64, 64, 10])
+    optimizer = md.optim.Adam(model.parameters(), lr=1e-2)
+    order = np.random.default_rng(0)
+    for _ in range(10):
+        for batch in np.array_split(order.permutation(len(train)), len(train) // 64):
+            loss = md.nn.functional.cross_entropy(model(md.Tensor(train.x[batch])),
+                                                  train.y[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert accuracy(model, test) >= 0.9
+
+
+def test_failures_read_as_one_sentence():
+    with pytest.raises(CheckFailed, match=r"^v: differs at \[1, 2\]: got 5, expected 0 "):
+        expect_close("v", np.arange(6.0).reshape(2, 3) * (np.arange(6) == 5).reshape(2, 3),
+                     np.zeros((2, 3)))
+    with pytest.raises(CheckFailed, match=r"^Task X: not done yet"):
+        with task("Task X"):
+            raise NotImplementedError()
+    message = r"^WrongMul: input 1 gradient: differs at \[0\]: got [-0-9.]+, expected "
+    with pytest.raises(CheckFailed, match=message):
+        class WrongMul(md.autograd.Mul):
+            @staticmethod
+            def backward(ctx, grad):
+                a, b = ctx.saved_tensors
+                return grad * b, grad * b
+        check_backward(WrongMul, np.ones(3) * 2, np.ones(3) * 3, what="WrongMul")
+
+
+def test_blocked_reaches_aliases_and_restores():
+    from minidist.autograd.ops import unbroadcast as alias
+
+    with blocked("minidist.autograd.ops.unbroadcast", "minidist.optim.adam.Adam.update"):
+        with pytest.raises(BlockedError, match="write your own unbroadcast"):
+            alias(np.ones((2, 3)), (3,))
+        with pytest.raises(BlockedError, match="write your own Adam.update"):
+            p = md.Tensor(np.ones(2), requires_grad=True)
+            p.grad = np.ones(2)
+            md.optim.Adam([p]).step()
+    np.testing.assert_array_equal(alias(np.ones((2, 3)), (3,)), np.full(3, 2.0))
