@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from minidist.comm.stats import CommStats
+
 
 class Request(ABC):
     """A pending non-blocking send or receive."""
@@ -26,10 +28,14 @@ class Request(ABC):
 
 
 class Communicator(ABC):
-    """A group of ``size`` ranks; this object is rank ``rank`` of it."""
+    """A group of ``size`` ranks; this object is rank ``rank`` of it.
+
+    ``stats`` counts this rank's messages and bytes (``minidist.comm.stats``).
+    """
 
     rank: int
     size: int
+    stats: CommStats
 
     @abstractmethod
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
@@ -68,3 +74,6 @@ class Communicator(ABC):
         from minidist.comm.ops import apply_op
 
         apply_op(op, acc, incoming)
+
+    def compute(self, seconds: float) -> None:  # noqa: B027 (a hook, empty on purpose)
+        """Account ``seconds`` of local work: a modelled clock advances; real time needs nothing."""

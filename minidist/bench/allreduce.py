@@ -1,0 +1,205 @@
+"""Allreduce benchmark: every algorithm and MPI's own, from 8 B to 64 MiB, beside the model.
+
+    python -m minidist.bench.allreduce -n 2                      # launches itself under mpiexec
+    mpirun -n 4 python -m mpi4py -m minidist.bench.allreduce     # or run it under MPI directly
+    python -m minidist.bench.allreduce -n 2 --sizes 8,64K,64M --algorithms ring,mpi --csv out.csv
+
+For each size and algorithm: a few warm-up calls, then ``--iters`` timed
+calls, each between two barriers; a call's time is the slowest rank's, and
+the table shows the median over calls. As in nccl-tests, ``algbw = bytes /
+time`` and ``busbw = algbw · 2(P-1)/P``: the bandwidth each link would need
+for a ring to take that long, comparable across P. Beside each measurement
+stands the α-β-γ model's prediction (``comm.cost``, with the network fit
+saved by ``python -m minidist.bench.fit``; MPI's by ``cost.mpich_time``).
+The result goes into a preallocated array (``out=``), as MPI_Allreduce's
+receive buffer is, and the agreement check runs as in normal use. The row
+``MPI_Allreduce`` is the baseline: mpi4py's ``Allreduce`` called directly;
+``mpi`` is the same call through ``comm.allreduce`` (with its check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minidist.comm import cost
+from minidist.comm.allreduce import ALGORITHMS, allreduce
+from minidist.comm.communicator import Communicator
+from minidist.comm.network import NetworkModel, load_network_model
+
+RAW_MPI = "MPI_Allreduce"  # the baseline: mpi4py's Allreduce called directly, no minidist
+UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+         "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'8' -> 8, '64K' -> 65536, '64MiB' -> 67108864."""
+    digits = text.rstrip("aAbBgGiIkKmM")
+    return int(digits) * UNITS[text[len(digits):].upper()]
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def default_sizes(smallest: int = 8, largest: int = 64 << 20, factor: int = 4) -> list[int]:
+    """``smallest, smallest·factor, ...`` up to ``largest``, which is always included."""
+    sizes = [smallest]
+    while sizes[-1] * factor < largest:
+        sizes.append(sizes[-1] * factor)
+    return sizes + [largest] if sizes[-1] != largest else sizes
+
+
+def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype,
+                   iters: int, warmup: int) -> float:
+    """Median over ``iters`` calls of the slowest rank's time, in seconds."""
+    from mpi4py import MPI
+
+    arr = np.ones(nbytes // dtype.itemsize, dtype)
+    out = np.empty_like(arr)
+    if algorithm == RAW_MPI:
+        def call() -> None:
+            c.mpi_comm.Allreduce(arr, out, op=MPI.SUM)
+    else:
+        def call() -> None:
+            allreduce(arr, c, "sum", algorithm, out=out)
+    for _ in range(warmup):
+        call()
+    mine = []
+    for _ in range(iters):
+        c.barrier()
+        start = time.perf_counter()
+        call()
+        mine.append(time.perf_counter() - start)
+    slowest = np.empty(iters)
+    c.mpi_comm.Allreduce(np.array(mine), slowest, op=MPI.MAX)
+    return float(statistics.median(slowest))
+
+
+def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
+                   network: NetworkModel) -> float:
+    if algorithm in ("mpi", RAW_MPI):
+        return cost.mpich_time(p, nbytes, network)
+    return cost.predict(algorithm, p, nbytes, itemsize, network).time
+
+
+def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtype, iters: int,
+        warmup: int, network: NetworkModel) -> list[dict]:
+    """Measure every (size, algorithm); rank 0 prints the table row by row."""
+    p, rows = c.size, []
+    if c.rank == 0:
+        print(f"# allreduce, P = {p}, {dtype}, median of {iters} calls, model: "
+              f"alpha {network.alpha:.3g} s, beta {network.beta:.3g} s/B, "
+              f"gamma {network.gamma:.3g} s/B")
+        print(f"{'size':>10} {'algorithm':>19} {'time us':>10} {'algbw GB/s':>11} "
+              f"{'busbw GB/s':>11} {'model us':>10} {'model/meas':>10}")
+    for nbytes in sizes:
+        for algorithm in algorithms:
+            seconds = time_allreduce(c, algorithm, nbytes, dtype, iters, warmup)
+            model = predicted_time(algorithm, p, nbytes, dtype.itemsize, network)
+            algbw = nbytes / seconds / 1e9
+            row = {"world_size": p, "bytes": nbytes, "algorithm": algorithm, "time_s": seconds,
+                   "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p,
+                   "model_s": model}
+            rows.append(row)
+            if c.rank == 0:
+                print(f"{format_size(nbytes):>10} {algorithm:>19} {seconds * 1e6:10.1f} "
+                      f"{algbw:11.3f} {row['busbw_GBps']:11.3f} {model * 1e6:10.1f} "
+                      f"{model / seconds:10.2f}", flush=True)
+    return rows
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    keys = list(rows[0])
+    lines = [",".join(keys)] + [",".join(str(row[k]) for k in keys) for row in rows]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """busbw against size, one line per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for algorithm in dict.fromkeys(row["algorithm"] for row in rows):
+        mine = [row for row in rows if row["algorithm"] == algorithm]
+        ax.plot([r["bytes"] for r in mine], [r["busbw_GBps"] for r in mine], "o-",
+                label=algorithm, markersize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per rank")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(f"allreduce, P = {rows[0]['world_size']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", "--ranks", type=int, default=2,
+                        help="ranks to launch under mpiexec when not already under MPI")
+    parser.add_argument("--sizes", help="comma-separated sizes, e.g. 8,64K,64M "
+                        "(default: 8 B to 64 MiB by factors of --factor)")
+    parser.add_argument("--factor", type=int, default=4)
+    parser.add_argument("--max-size", default="64M")
+    parser.add_argument("--algorithms", default=",".join([*ALGORITHMS, RAW_MPI]),
+                        help=f"comma-separated, from {[*ALGORITHMS, RAW_MPI]}")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--csv", help="write the rows to this CSV file")
+    parser.add_argument("--plot", help="save busbw vs size to this PNG")
+    return parser.parse_args(argv)
+
+
+def relaunch_under_mpi(ranks: int, argv: list[str]) -> int:
+    """Run this module again under ``mpiexec -n ranks`` (the one next to this Python)."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if ranks > (os.cpu_count() or 1):
+        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+               "minidist.bench.allreduce", *argv]
+    return subprocess.call(command, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    from minidist.comm.world import running_under_mpi, world
+
+    if not running_under_mpi():
+        return relaunch_under_mpi(args.ranks, argv)
+    c = world()
+    sizes = ([parse_size(s) for s in args.sizes.split(",")] if args.sizes
+             else default_sizes(8, parse_size(args.max_size), args.factor))
+    algorithms = args.algorithms.split(",")
+    unknown = [a for a in algorithms if a not in ALGORITHMS and a != RAW_MPI]
+    if unknown:
+        raise SystemExit(f"unknown algorithms {unknown}; choose from {[*ALGORITHMS, RAW_MPI]}")
+    dtype = np.dtype(args.dtype)
+    rows = run(c, sizes, algorithms, dtype, args.iters, args.warmup, load_network_model())
+    if c.rank == 0:
+        if args.csv:
+            write_csv(rows, args.csv)
+        if args.plot:
+            plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

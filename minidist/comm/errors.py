@@ -1,0 +1,31 @@
+"""Errors a distributed run raises instead of hanging.
+
+- :class:`CommError`: a communication that can never complete (a receive
+  nobody will match, a deadlock, a peer that failed or finished).
+- :class:`RankFailure`: a failure injected into a rank on purpose.
+- :class:`RankError`: what the caller of a multi-rank run sees: the rank,
+  its exception type and message, and its traceback text.
+"""
+
+from __future__ import annotations
+
+
+class CommError(RuntimeError):
+    """A point-to-point operation or barrier that can never complete."""
+
+
+class RankFailure(CommError):
+    """Raised inside a rank that was told to fail (failure injection)."""
+
+
+class RankError(RuntimeError):
+    """Rank ``rank`` raised; ``traceback_text`` is its formatted traceback."""
+
+    def __init__(self, rank: int, summary: str, traceback_text: str = "") -> None:
+        self.rank = rank
+        self.summary = summary
+        self.traceback_text = traceback_text
+        text = f"rank {rank} raised {summary}"
+        if traceback_text:
+            text += f"\n--- traceback of rank {rank} ---\n{traceback_text.rstrip()}"
+        super().__init__(text)

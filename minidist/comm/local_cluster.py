@@ -1,0 +1,148 @@
+"""Running a function on P in-process ranks: a cluster on one laptop, in one process.
+
+``run_local(fn, P)`` starts P threads, gives each a
+:class:`~minidist.comm.local_transport.LocalCommunicator` of one shared
+fabric, runs ``fn(comm, *args)`` on every rank and returns the P results
+in rank order. A :class:`LocalCluster` does the same and keeps each rank's
+counters afterwards (``cluster.stats[rank]``), so a notebook can read what
+an algorithm cost::
+
+    cluster = LocalCluster(4, network=NetworkModel(alpha=1e-6, beta=1e-9, gamma=0))
+    cluster.run(lambda c: comm.allreduce(np.ones(1000), c, algorithm="ring"))
+    cluster.stats[0].bytes_sent, cluster.stats[0].rounds, cluster.stats[0].clock
+
+If a rank raises, the others get errors instead of hanging (their
+receives from it can never match), and the caller gets a
+:class:`~minidist.comm.errors.RankError` naming the rank whose exception
+came first (the cause, not the peers' consequences), with its traceback.
+
+Threads share the interpreter, so P ranks do not compute P times faster:
+the *modelled* clock, not the wall clock, is this transport's measure of
+speed. A rank that computes forever cannot be stopped: after ``timeout``
+seconds the run raises ``TimeoutError`` and leaves such threads behind
+(they are daemons; their next communication raises).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from minidist.comm.errors import CommError, RankError, RankFailure
+from minidist.comm.local_fabric import Fabric
+from minidist.comm.local_transport import LocalCommunicator, RankState, Straggler
+from minidist.comm.network import NetworkModel, load_network_model
+from minidist.comm.stats import LocalStats
+from minidist.comm.trace import trace_enabled
+
+DEFAULT_RECV_TIMEOUT = 10.0  # real seconds a receive may wait when no deadlock is proven
+
+
+class LocalCluster:
+    """P in-process ranks with a network model, stragglers and failures.
+
+    - ``network``: a :class:`NetworkModel`; default :func:`load_network_model`.
+    - ``stragglers``: ``{rank: Straggler(...)}``, or ``{rank: seconds}`` as a
+      shorthand for ``Straggler(delay=seconds)``.
+    - ``failures``: ``{rank: k}``: the rank's first ``k`` communication
+      calls work (send, recv, isend, irecv, barrier, split; a sendrecv is an
+      irecv and an isend), the next raises ``RankFailure``.
+    - ``recv_timeout``: real seconds a blocked call waits when no deadlock
+      can be proven (a peer still computing) before raising.
+    - ``eager_limit``: sends above this many bytes wait for their receive.
+    - ``trace``: print every message (default: ``MINIDIST_TRACE``).
+    """
+
+    def __init__(self, world_size: int, network: NetworkModel | None = None,
+                 stragglers: Mapping[int, Straggler | float] | None = None,
+                 failures: Mapping[int, int] | None = None,
+                 recv_timeout: float = DEFAULT_RECV_TIMEOUT,
+                 eager_limit: int | None = None, trace: bool | None = None) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        for rank in [*(stragglers or {}), *(failures or {})]:
+            if not 0 <= rank < world_size:
+                raise ValueError(f"straggler/failure for rank {rank}, but ranks are "
+                                 f"0..{world_size - 1}")
+        self.world_size = world_size
+        self.network = network if network is not None else load_network_model()
+        self.stragglers = {r: s if isinstance(s, Straggler) else Straggler(delay=float(s))
+                           for r, s in (stragglers or {}).items()}
+        self.failures = dict(failures or {})
+        self.recv_timeout = recv_timeout
+        self.eager_limit = eager_limit
+        self.trace = trace_enabled() if trace is None else trace
+        self.stats: list[LocalStats] = [LocalStats() for _ in range(world_size)]
+
+    def communicators(self) -> list[LocalCommunicator]:
+        """Fresh world communicators, one per rank, on a new fabric (resets ``stats``)."""
+        fabric = Fabric(self.world_size, self.recv_timeout)
+        states = [RankState(rank, self.network, self.stragglers.get(rank, Straggler()),
+                            self.failures.get(rank), self.eager_limit, self.trace)
+                  for rank in range(self.world_size)]
+        self.stats = [state.stats for state in states]
+        world = list(range(self.world_size))
+        return [LocalCommunicator(fabric, state, world) for state in states]
+
+    def run(self, fn: Callable[..., Any], args: tuple = (), timeout: float | None = 60.0
+            ) -> list[Any]:
+        """``[fn(comm, *args) for every rank]``, each rank in its own thread."""
+        comms = self.communicators()
+        fabric = comms[0].fabric
+        results: list[Any] = [None] * self.world_size
+        errors: dict[int, tuple[int, BaseException, str]] = {}
+        order = itertools.count()
+
+        def body(comm: LocalCommunicator) -> None:
+            try:
+                results[comm.rank] = fn(comm, *args)
+                fabric.end(comm.rank, "finished")
+            except BaseException as err:  # reported to the caller below, with its rank
+                errors[comm.rank] = (next(order), err, traceback.format_exc())
+                fabric.end(comm.rank, f"failed with {type(err).__name__}")
+
+        threads = [threading.Thread(target=body, args=(c,), name=f"minidist-rank-{c.rank}",
+                                    daemon=True) for c in comms]
+        for thread in threads:
+            thread.start()
+        _join_all(threads, timeout, fabric, fn)
+        if errors:
+            rank, (_, err, text) = min(errors.items(), key=_cause_first)
+            raise RankError(rank, f"{type(err).__name__}: {err}", text) from err
+        return results
+
+
+def run_local(fn: Callable[..., Any], world_size: int, args: tuple = (),
+              timeout: float | None = 60.0, **options: Any) -> list[Any]:
+    """Run ``fn(comm, *args)`` on ``world_size`` in-process ranks; options as LocalCluster."""
+    return LocalCluster(world_size, **options).run(fn, args, timeout)
+
+
+def _cause_first(item: tuple[int, tuple[int, BaseException, str]]) -> tuple[bool, int]:
+    """Sort key: an error of the program itself (or an injected failure) before the
+    communication errors it caused on its peers; then by time."""
+    _, (when, err, _) = item
+    consequence = isinstance(err, CommError) and not isinstance(err, RankFailure)
+    return consequence, when
+
+
+def _join_all(threads: list[threading.Thread], timeout: float | None, fabric: Fabric,
+              fn: Callable[..., Any]) -> None:
+    """Wait for every rank; after ``timeout`` s abort the fabric and raise TimeoutError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except BaseException:  # e.g. Ctrl-C in a notebook: blocked ranks raise and end
+        fabric.abort("the caller was interrupted")
+        raise
+    running = [t.name for t in threads if t.is_alive()]
+    if running:
+        fabric.abort(f"the run timed out after {timeout} s")
+        name = getattr(fn, "__name__", repr(fn))
+        raise TimeoutError(f"local run of {name} did not finish within {timeout} s "
+                           f"(still running: {', '.join(running)})")

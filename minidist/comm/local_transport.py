@@ -1,0 +1,267 @@
+"""The in-process transport: ranks are threads, time is modelled, every byte is counted.
+
+A :class:`LocalCommunicator` has the methods of the MPI one, so collective
+code runs unchanged on both. Messages are numpy copies handed over through
+a shared :class:`~minidist.comm.local_fabric.Fabric`; matching follows MPI
+(same source, destination and tag: first posted, first matched). Sends are
+buffered: ``send`` returns without waiting for the receiver (MPI's eager
+protocol). With ``eager_limit=k`` a send of more than ``k`` bytes waits
+until a receive matched it (MPI's rendezvous), so "everyone sends, then
+everyone receives" deadlocks here as it would under MPI, and says so.
+Stricter than MPI: the receive buffer must have the message's dtype and
+element count.
+
+**Counters** (``c.stats``, one per rank, shared with communicators split
+from it; ``c.stats.reset()`` zeroes them): messages and bytes sent and
+received, ``rounds`` and ``clock``.
+
+**Clock**: each rank has a virtual clock ``t`` (seconds), an outgoing and
+an incoming link. With ``m(n) = alpha + beta · n`` for an n-byte message:
+
+1. *send* posted at ``t``: the transfer starts at ``s = max(t, out_free)``
+   and holds the outgoing link until ``out_free = s + m(n)``. ``send``
+   returns with ``t = s + m(n)``; ``isend`` returns at once and its
+   ``wait()`` sets ``t = max(t, s + m(n))``.
+2. *receive* posted at ``t_post``, matched to a message that started at
+   ``s``: it holds the incoming link from ``b = max(s, t_post, in_free)`` to
+   ``in_free = b + m(n)``; on completion (``recv`` returns, ``wait()``)
+   ``t = max(t, b + m(n))``. One message at a time, in the order the rank
+   completes its receives: a fan-in of k messages costs k·m(n).
+3. *sendrecv* posts both, then waits for both: the two links work at once
+   (full duplex): ``t = max(t + m(n_send), max(t, s) + m(n_recv))``.
+4. ``combine(op, acc, incoming)`` adds ``gamma · acc.nbytes``;
+   ``compute(seconds)`` adds ``seconds`` (times a straggler's slowdown).
+5. ``barrier()``: every member leaves with the largest clock (and rounds)
+   found at entry; it sends nothing and costs nothing else.
+   ``split()`` is free.
+
+Hence: one message arrives at m(n); a chain of k messages takes k·m(n);
+a ring step with sendrecv takes m(n); a root receiving P-1 messages
+(P-1)·m(n); a binomial broadcast ceil(log2 P)·m(n).
+
+**Rounds** is the same clock on a network where every message costs 1
+and nothing else costs anything (m(n) = 1, no γ, no compute, no
+straggling): the number of message latencies on the critical path ending
+at this rank, the coefficient of α in the algorithm's cost. A ring
+allreduce gives 2(P-1) on every rank; a binomial broadcast ceil(log2 P)
+on the last rank reached; a root that receives from P-1 ranks, P-1 (its
+link takes one message at a time). A collective's rounds is the maximum
+over its ranks.
+
+A **straggler** (:class:`Straggler`) adds ``delay`` to its clock before
+each message it sends and multiplies its ``compute`` time by
+``slowdown``; with ``sleep=True`` it also really sleeps for that extra.
+A **failing rank** raises :class:`~minidist.comm.errors.RankFailure` on the
+communication call after its first ``fail_after``; its peers get an error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minidist.comm.communicator import Communicator, Request
+from minidist.comm.errors import CommError, RankFailure
+from minidist.comm.local_fabric import Fabric, Message, PostedRecv, Wait
+from minidist.comm.network import NetworkModel
+from minidist.comm.ops import apply_op
+from minidist.comm.stats import LocalStats
+from minidist.comm.trace import trace_message
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A slow rank: ``delay`` s before each message it sends, compute × ``slowdown``."""
+
+    delay: float = 0.0
+    slowdown: float = 1.0
+    sleep: bool = False  # also sleep for real, so wall-clock timings feel it too
+
+
+@dataclass
+class RankState:
+    """What belongs to one rank (thread), shared by all its communicators."""
+
+    world_rank: int
+    network: NetworkModel
+    straggler: Straggler = Straggler()
+    fail_after: int | None = None
+    eager_limit: int | None = None
+    trace: bool = False
+    stats: LocalStats = field(default_factory=LocalStats)
+    calls: int = 0
+    collective_calls: dict = field(default_factory=dict)  # (context, kind) -> count
+
+
+class LocalCommunicator(Communicator):
+    """Rank ``rank`` of a group of threads; ``members`` are their world ranks."""
+
+    def __init__(self, fabric: Fabric, state: RankState, members: list[int],
+                 context: tuple = ("world",)) -> None:
+        self.fabric, self.state, self.members, self.context = fabric, state, members, context
+        self.rank = members.index(state.world_rank)
+        self.size = len(members)
+
+    @property
+    def stats(self) -> LocalStats:
+        """This rank's counters and clock (see the module docstring)."""
+        return self.state.stats
+
+    # --- point to point ------------------------------------------------------------
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        self._enter("send", dest, tag, buf)
+        state, stats, net = self.state, self.state.stats, self.state.network
+        if state.straggler.delay:
+            self._straggle(state.straggler.delay)
+        start, end = stats.seconds.start_send(net.message_time(buf.nbytes))
+        start_round, end_round = stats.latencies.start_send(1)
+        stats.messages_sent += 1
+        stats.bytes_sent += buf.nbytes
+        if state.trace:
+            trace_message(state.world_rank, self.members[dest], tag, buf.nbytes)
+        rendezvous = state.eager_limit is not None and buf.nbytes > state.eager_limit
+        message = Message(np.array(buf, copy=True), start, start_round, rendezvous)
+        # communication: the copy waits in dest's mailbox, or fills its posted receive
+        self.fabric.deliver((self.context, self.rank, dest, tag), message)
+        return _SendRequest(self, message, dest, tag, (end, end_round))
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        self._enter("recv", source, tag, buf)
+        if not buf.flags.writeable:
+            raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
+        posted = self.fabric.post_recv((self.context, source, self.rank, tag))
+        stats = self.state.stats
+        return _RecvRequest(self, posted, buf, source, tag,
+                            (stats.seconds.now, stats.latencies.now))
+
+    def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        self.isend(buf, dest, tag).wait()
+
+    def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
+        self.irecv(buf, source, tag).wait()
+        return buf
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                 sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
+        receiving = self.irecv(recvbuf, source, recvtag)
+        sending = self.isend(sendbuf, dest, sendtag)
+        receiving.wait()
+        sending.wait()
+        return recvbuf
+
+    # --- collective ----------------------------------------------------------------
+    def barrier(self) -> None:
+        self._enter("barrier")
+        stats = self.stats
+        entries = self._exchange("barrier", (stats.seconds.now, stats.latencies.now))
+        stats.seconds.wait_until(max(seconds for seconds, _ in entries.values()))
+        stats.latencies.wait_until(max(rounds for _, rounds in entries.values()))
+
+    def split(self, color: int, key: int = 0) -> LocalCommunicator:
+        self._enter("split")
+        choices = self._exchange("split", (color, key))
+        mine = sorted((k, r) for r, (c, k) in choices.items() if c == color)
+        members = [self.members[r] for _, r in mine]
+        seq = self.state.collective_calls[(self.context, "split")]
+        return LocalCommunicator(self.fabric, self.state, members,
+                                 (*self.context, "split", seq, color))
+
+    # --- local work ------------------------------------------------------------------
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray) -> None:
+        apply_op(op, acc, incoming)
+        self.stats.seconds.now += self.state.network.reduce_time(acc.nbytes)
+
+    def compute(self, seconds: float) -> None:
+        """Account ``seconds`` of local computation on the virtual clock."""
+        slowdown = self.state.straggler.slowdown
+        self.stats.seconds.now += seconds
+        if slowdown != 1.0:
+            self._straggle((slowdown - 1.0) * seconds)
+
+    # --- helpers -------------------------------------------------------------------
+    def _straggle(self, extra: float) -> None:
+        self.stats.seconds.now += extra
+        if self.state.straggler.sleep:
+            time.sleep(extra)
+
+    def _enter(self, kind: str, peer: int | None = None, tag: int = 0,
+               buf: np.ndarray | None = None) -> None:
+        """Check arguments, and fail here if this rank was told to."""
+        state = self.state
+        if self.fabric.aborted:
+            raise CommError(f"rank {self.rank}: {kind} after the run ended: {self.fabric.aborted}")
+        state.calls += 1
+        if state.fail_after is not None and state.calls > state.fail_after:
+            raise RankFailure(f"rank {self.rank}: injected failure at {kind} "
+                              f"(communication call {state.calls})")
+        if peer is not None and not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: {kind} with rank {peer}, "
+                             f"but the communicator has ranks 0..{self.size - 1}")
+        if tag < 0:
+            raise ValueError(f"rank {self.rank}: {kind} tag must be >= 0, got {tag}")
+        if buf is not None and not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
+            raise ValueError(f"rank {self.rank}: {kind} needs a C-contiguous numpy array "
+                             f"(use np.ascontiguousarray), got {type(buf).__name__}")
+
+    def _exchange(self, kind: str, value: object) -> dict[int, object]:
+        calls = self.state.collective_calls
+        seq = calls[(self.context, kind)] = calls.get((self.context, kind), -1) + 1
+        return self.fabric.exchange(self.state.world_rank, (self.context, kind, seq),
+                                    self.members, self.rank, value, kind)
+
+
+class _SendRequest(Request):
+    def __init__(self, comm: LocalCommunicator, message: Message, dest: int, tag: int,
+                 ends: tuple[float, float]) -> None:
+        self.comm, self.message, self.ends = comm, message, ends
+        self.wait_for = Wait(comm.rank, f"send to rank {dest} tag {tag}",
+                             lambda: message.matched, lambda: [(dest, comm.members[dest])])
+
+    def test(self) -> bool:
+        if self.message.rendezvous and not self.message.matched:
+            return False
+        stats = self.comm.stats
+        stats.seconds.wait_until(self.ends[0])
+        stats.latencies.wait_until(self.ends[1])
+        return True
+
+    def wait(self) -> None:
+        if self.message.rendezvous:
+            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
+        self.test()
+
+
+class _RecvRequest(Request):
+    def __init__(self, comm: LocalCommunicator, posted: PostedRecv, buf: np.ndarray,
+                 source: int, tag: int, posted_at: tuple[float, float]) -> None:
+        self.comm, self.posted, self.buf, self.posted_at = comm, posted, buf, posted_at
+        self.completed = False
+        self.wait_for = Wait(comm.rank, f"recv from rank {source} tag {tag}",
+                             lambda: posted.message is not None,
+                             lambda: [(source, comm.members[source])])
+
+    def test(self) -> bool:
+        if not self.completed and self.posted.message is not None:
+            self._complete(self.posted.message)
+        return self.completed
+
+    def wait(self) -> None:
+        if not self.completed:
+            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
+            self._complete(self.posted.message)
+
+    def _complete(self, message: Message) -> None:
+        data, buf = message.data, self.buf
+        if data.dtype != buf.dtype or data.size != buf.size:
+            raise ValueError(f"rank {self.comm.rank}: {self.wait_for.what}: message is "
+                             f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
+        buf.reshape(-1)[...] = data.reshape(-1)
+        stats, net = self.comm.stats, self.comm.state.network
+        stats.seconds.finish_recv(message.start, self.posted_at[0],
+                                  net.message_time(data.nbytes))
+        stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
+        stats.messages_recv += 1
+        stats.bytes_recv += data.nbytes
+        self.completed = True

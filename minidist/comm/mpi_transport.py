@@ -1,0 +1,111 @@
+"""The MPI transport: a thin, counting wrapper over an mpi4py communicator.
+
+Every method maps to one of mpi4py's *buffer* methods (the capitalised
+ones: ``Send``, ``Recv``, ``Isend``, ``Irecv``, ``Sendrecv``, ``Barrier``,
+``Split``). They hand MPI a pointer to the numpy array's memory; the
+lower-case ``send``/``recv`` of mpi4py would pickle Python objects, which
+costs copies and CPU on every message, so they never appear here.
+
+Arrays must be C-contiguous (MPI reads raw memory); their dtype tells
+mpi4py the MPI datatype. The wrapper counts, per process, messages and
+bytes sent and received (``c.stats``, a
+:class:`~minidist.comm.stats.CommStats`, shared with communicators split
+from it), with the same rules as the in-process transport: a receive
+counts its buffer's size. There is no modelled clock: under MPI, time is
+real, measure it. ``MINIDIST_TRACE=1`` prints each message sent.
+
+``c.mpi_comm`` is the raw mpi4py communicator, for what MPI does itself
+(``c.mpi_comm.Allreduce``: the "mpi" allreduce algorithm). Nothing here
+depends on the host: the same code runs on one laptop or across a cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from minidist.comm.communicator import Communicator, Request
+from minidist.comm.stats import CommStats
+from minidist.comm.trace import trace_enabled, trace_message
+
+
+class MPICommunicator(Communicator):
+    """Rank ``rank`` of the mpi4py communicator ``mpi_comm``."""
+
+    def __init__(self, mpi_comm: MPI.Comm, stats: CommStats | None = None) -> None:
+        self.mpi_comm = mpi_comm
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
+        self.stats = stats if stats is not None else CommStats()
+        self.trace = trace_enabled()
+        self.world_ranks = _world_ranks(mpi_comm) if self.trace else []
+
+    def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        self._count_send(buf, dest, tag)
+        self.mpi_comm.Send(buf, dest, tag)
+
+    def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
+        self._count_recv(buf)
+        self.mpi_comm.Recv(buf, source, tag)
+        return buf
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        self._count_send(buf, dest, tag)
+        return MPIRequest(self.mpi_comm.Isend(buf, dest, tag))
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        self._count_recv(buf)
+        return MPIRequest(self.mpi_comm.Irecv(buf, source, tag))
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                 sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
+        self._count_send(sendbuf, dest, sendtag)
+        self._count_recv(recvbuf)
+        self.mpi_comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag)
+        return recvbuf
+
+    def barrier(self) -> None:
+        self.mpi_comm.Barrier()
+
+    def split(self, color: int, key: int = 0) -> MPICommunicator:
+        return MPICommunicator(self.mpi_comm.Split(color, key), self.stats)
+
+    def _count_send(self, buf: np.ndarray, dest: int, tag: int) -> None:
+        _check_contiguous(buf, "send")
+        self.stats.messages_sent += 1
+        self.stats.bytes_sent += buf.nbytes
+        if self.trace:
+            trace_message(self.world_ranks[self.rank], self.world_ranks[dest], tag, buf.nbytes)
+
+    def _count_recv(self, buf: np.ndarray) -> None:
+        _check_contiguous(buf, "recv")
+        self.stats.messages_recv += 1
+        self.stats.bytes_recv += buf.nbytes
+
+
+class MPIRequest(Request):
+    """An MPI request; it keeps nothing but the request (the caller keeps the buffer)."""
+
+    def __init__(self, request: MPI.Request) -> None:
+        self.request = request
+
+    def wait(self) -> None:
+        self.request.Wait()
+
+    def test(self) -> bool:
+        return bool(self.request.Test())
+
+
+def _check_contiguous(buf: np.ndarray, what: str) -> None:
+    if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
+        raise ValueError(f"{what} needs a C-contiguous numpy array "
+                         f"(use np.ascontiguousarray), got {type(buf).__name__}")
+
+
+def _world_ranks(mpi_comm: MPI.Comm) -> list[int]:
+    """World rank of each member (trace lines say which process talks to which)."""
+    group, world = mpi_comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    ranks = group.Translate_ranks(list(range(mpi_comm.Get_size())), world)
+    group.Free()
+    world.Free()
+    return list(ranks)

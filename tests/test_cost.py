@@ -1,0 +1,107 @@
+"""The cost model against the in-process transport's counters and virtual clock.
+
+Bytes, messages and rounds must match exactly, per rank; the modelled time
+must equal the slowest rank's clock (a closed form is an upper bound only
+for the segmented ring on uneven pieces, checked to 1%).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minidist.comm import ALGORITHMS, LocalCluster, NetworkModel, allreduce, cost
+from minidist.comm.allreduce_ring import ring_allreduce
+from minidist.comm.allreduce_tree import double_tree_allreduce, tree_allreduce
+
+NETWORK = NetworkModel(alpha=2e-6, beta=3e-10, gamma=7e-11)
+
+
+def measure(p: int, call) -> dict:
+    cluster = LocalCluster(p, network=NETWORK)
+    cluster.run(call)
+    stats = cluster.stats
+    return {"messages_sent": [s.messages_sent for s in stats],
+            "messages_recv": [s.messages_recv for s in stats],
+            "bytes_sent": [s.bytes_sent for s in stats],
+            "bytes_recv": [s.bytes_recv for s in stats],
+            "rounds": max(s.rounds for s in stats), "time": max(s.clock for s in stats)}
+
+
+def assert_matches(measured: dict, predicted: cost.Cost, time_rtol: float = 1e-9) -> None:
+    for key in ("messages_sent", "messages_recv", "bytes_sent", "bytes_recv", "rounds"):
+        assert measured[key] == getattr(predicted, key), key
+    assert measured["time"] == pytest.approx(predicted.time, rel=time_rtol, abs=1e-15)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("p", range(1, 9))
+def test_counters_equal_the_model(algorithm: str, p: int) -> None:
+    for n in sorted({0, 1, max(p - 1, 1), p + 1, 8 * p, 1009}):
+        for dtype in (np.float32, np.int64):
+            itemsize = np.dtype(dtype).itemsize
+            measured = measure(p, lambda c, n=n, dtype=dtype: allreduce(
+                np.ones(n, dtype), c, "sum", algorithm, check=False))
+            predicted = cost.predict(algorithm, p, n * itemsize, itemsize, NETWORK)
+            assert_matches(measured, predicted)
+
+
+@pytest.mark.parametrize("segment_bytes", [8, 40, 4096])
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+def test_segmented_pipelines_equal_the_model(segment_bytes: int, p: int) -> None:
+    for n in (p + 1, 8 * p, 1009):
+        for run, model in ((ring_allreduce, cost.ring_cost), (tree_allreduce, cost.tree_cost),
+                           (double_tree_allreduce, cost.double_tree_cost)):
+            def body(c, n=n, run=run):
+                src = np.ones(n)
+                run(src, np.empty_like(src), c, "sum", segment_bytes)
+            predicted = model(p, n * 8, 8, NETWORK, segment_bytes)
+            even = run is not ring_allreduce or (n % p == 0 and n // p % (segment_bytes // 8) == 0)
+            assert_matches(measure(p, body), predicted, 1e-9 if even else 1e-2)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5, 8])
+def test_the_agreement_check(p: int) -> None:
+    """check=True adds one recursive-doubling allreduce of a fixed-size packet; a short
+    recursive-doubling allreduce travels inside that packet and costs nothing more."""
+    for algorithm in ALGORITHMS:
+        for n in (0, 1, 32, 33, 1000):
+            measured = measure(p, lambda c, n=n, a=algorithm: allreduce(np.ones(n), c, "sum", a))
+            predicted = cost.predict(algorithm, p, 8 * n, 8, NETWORK, check=True)
+            power_of_two = p & (p - 1) == 0
+            assert_matches(measured, predicted, 1e-9 if power_of_two else 0.5)
+            if algorithm == "recursive_doubling" and p > 1 and 8 * n <= 256:
+                assert measured["messages_sent"] == cost.recursive_doubling_cost(
+                    p, 8, 8, NETWORK).messages_sent
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_course_formulas(p: int) -> None:
+    """The lecture's figures, for N divisible by P: the model says what the slides say."""
+    n_bytes = 8 * 1024 * p
+    ring = cost.predict("ring", p, n_bytes, 8, NETWORK)
+    assert ring.bytes_sent == [2 * (p - 1) * n_bytes // p] * p
+    assert ring.rounds == 2 * (p - 1) and ring.fan_in == 1
+    naive = cost.predict("naive", p, n_bytes, 8, NETWORK)
+    assert naive.bytes_recv[0] == (p - 1) * n_bytes and naive.fan_in == p - 1
+    ps = cost.predict("ps", p, n_bytes, 8, NETWORK)
+    assert ps.bytes_recv == [2 * (p - 1) * n_bytes // p] * p
+    doubling = cost.predict("recursive_doubling", p, n_bytes, 8, NETWORK)
+    assert doubling.rounds == (p - 1).bit_length() and doubling.fan_in == 1
+    double_tree = cost.predict("double_tree", p, n_bytes, 8, NETWORK)
+    tree = cost.predict("tree", p, n_bytes, 8, NETWORK)
+    assert double_tree.max_bytes_sent < tree.max_bytes_sent or p == 2
+    # bandwidth-bound: the ring's time approaches 2(P-1)/P N beta + (P-1)/P N gamma
+    big = cost.predict("ring", p, 1 << 30, 8, NETWORK)
+    share = (p - 1) / p * (1 << 30)
+    assert big.time == pytest.approx(2 * share * NETWORK.beta + share * NETWORK.gamma, rel=1e-3)
+
+
+def test_predict_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="no cost model"):
+        cost.predict("butterfly", 4, 64, 8, NETWORK)
+    with pytest.raises(ValueError, match="whole number"):
+        cost.predict("ring", 4, 63, 8, NETWORK)
+    assert cost.mpich_time(4, 1 << 20, NETWORK) <= cost.predict(
+        "recursive_doubling", 4, 1 << 20, 8, NETWORK).time

@@ -1,0 +1,170 @@
+"""``launch``: results back by rank, exceptions with rank and traceback, no process left behind."""
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import minidist.comm as comm
+from minidist.comm import RankError
+from minidist.comm.launch import _rank_environment
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
+needs_mpi = [pytest.mark.mpi, mpi_only]
+
+SCALE = 3.0  # a module global the shipped function reads: the module travels by value
+
+
+def _helper(rank):
+    return SCALE * rank
+
+
+def uses_module_helpers(c, offset):
+    """A test-module function, calling another: both must reach the MPI ranks."""
+    total = np.array([_helper(c.rank) + offset])
+    got = np.empty(1)
+    c.sendrecv(total, (c.rank + 1) % c.size, got, (c.rank - 1) % c.size)
+    return float(got[0])
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+@pytest.mark.timeout(60)
+def test_results_come_back_in_rank_order(backend):
+    p = 3
+    assert comm.launch(uses_module_helpers, p, args=(0.5,), backend=backend) == [
+        SCALE * ((r - 1) % p) + 0.5 for r in range(p)]
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+@pytest.mark.timeout(60)
+def test_a_closure_and_a_lambda_defined_here_work(backend):
+    weights = np.arange(4.0)  # captured by the closure
+
+    def weighted(c, factor):
+        return float(weights[c.rank] * factor)
+
+    assert comm.launch(weighted, 4, args=(2.0,), backend=backend) == [0.0, 2.0, 4.0, 6.0]
+    assert comm.launch(lambda c: (c.rank, c.size), 2, backend=backend) == [(0, 2), (1, 2)]
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("mpi", marks=needs_mpi)])
+@pytest.mark.timeout(60)
+def test_a_rank_exception_names_the_rank_and_carries_its_traceback(backend):
+    def second_rank_fails(c):
+        if c.rank == 1:
+            raise KeyError("missing gradient")
+        c.recv(np.empty(1), 1)  # would wait forever for rank 1
+
+    start = time.monotonic()
+    with pytest.raises(RankError, match="rank 1 raised KeyError: 'missing gradient'") as info:
+        comm.launch(second_rank_fails, 3, backend=backend, timeout=45)
+    assert info.value.rank == 1
+    assert "second_rank_fails" in info.value.traceback_text
+    assert isinstance(info.value.__cause__, KeyError)
+    assert time.monotonic() - start < 20  # the other ranks were stopped, not waited for
+
+
+class ProcessWatcher:
+    """Records every process this test process starts while a launch runs (mpiexec, its
+    proxies, the ranks), with the session mpiexec leads, so we can check none survive."""
+
+    def __init__(self):
+        self.seen: dict[int, psutil.Process] = {}
+        self.sessions: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.stop.wait(0.05):
+            for proc in psutil.Process().children(recursive=True):
+                self.seen.setdefault(proc.pid, proc)
+                with contextlib.suppress(psutil.Error, ProcessLookupError):
+                    self.sessions.add(os.getsid(proc.pid))
+
+    def survivors(self):
+        self.stop.set()
+        self.thread.join()
+        alive = [p for p in self.seen.values()
+                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for proc in psutil.process_iter():  # also anything left in mpiexec's session
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if os.getsid(proc.pid) in self.sessions - {os.getsid(0)}:
+                    alive.append(proc)
+        return alive
+
+
+@pytest.mark.mpi
+@mpi_only
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_timeout_ends_every_process(world_size):
+    def sleeps(c):
+        time.sleep(60 if c.rank else 0.1)
+
+    watcher = ProcessWatcher()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="within 2 s"):
+        comm.launch(sleeps, world_size, backend="mpi", timeout=2)
+    assert time.monotonic() - start < 10
+    assert len(watcher.seen) >= 1 + world_size  # it did see mpiexec and the ranks
+    assert watcher.survivors() == []
+
+
+@pytest.mark.mpi
+@mpi_only
+@pytest.mark.timeout(60)
+def test_mpi_ranks_get_one_thread_their_output_relayed_and_extra_args(capsys, tmp_path):
+
+    def report(c):
+        sys.stdout.write(f"hello from rank {c.rank}\n")
+        sys.stdout.flush()
+        return os.environ["OMP_NUM_THREADS"], os.environ.get("MINIDIST_TEST_VALUE")
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(socket.gethostname() + "\n")  # a cluster of this one host
+    results = comm.launch(report, 2, backend="mpi", hostfile=hostfile,
+                          mpiexec_args=["-genv", "MINIDIST_TEST_VALUE", "42"])
+    assert results == [("1", "42"), ("1", "42")]
+    out = capsys.readouterr().out
+    assert "hello from rank 0" in out and "hello from rank 1" in out
+
+
+def test_heavy_yield_only_when_ranks_outnumber_cores(monkeypatch):
+    monkeypatch.delenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", raising=False)
+    cores = os.cpu_count() or 1
+    assert "MPIR_CVAR_ENABLE_HEAVY_YIELD" not in _rank_environment(cores)
+    assert _rank_environment(cores + 1)["MPIR_CVAR_ENABLE_HEAVY_YIELD"] == "1"
+    assert _rank_environment(1)["OPENBLAS_NUM_THREADS"] == "1"
+
+
+def test_a_missing_mpiexec_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "mpiexec")):
+        comm.launch(lambda c: None, 2, backend="mpi")
+
+
+def test_an_unknown_backend_is_named():
+    with pytest.raises(ValueError, match="unknown backend 'nccl'"):
+        comm.launch(lambda c: None, 2, backend="nccl")
+
+
+def test_local_options_reach_the_cluster():
+    def one_message(c):
+        if c.rank == 0:
+            c.send(np.ones(8), 1)
+        else:
+            c.recv(np.empty(8), 0)
+        return c.stats.copy()
+
+    stats = comm.launch(one_message, 2, backend="local",
+                        network=comm.NetworkModel(alpha=2.0, beta=0.5, gamma=0.0))
+    assert stats[1].clock == 2.0 + 0.5 * 64
