@@ -1,0 +1,183 @@
+"""Text corpora for word vectors: token lines from files, folders or memory; text8.
+
+A corpus, for GloVe, is a sequence of *documents*, each a sequence of
+tokens. As in the reference GloVe tools, a token is a run of characters
+between whitespace (no lower-casing, no punctuation rules: prepare the text
+first if you want them), and **a line is a document**: the co-occurrence
+window never reaches across a line break.
+
+Three kinds of source are accepted wherever a corpus is expected
+(:data:`CorpusSource`):
+
+- a list (or any iterable) of token lines, e.g. ``[["the", "cat"], ...]``;
+- the path of a UTF-8 text file;
+- the path of a folder: its files in sorted order, sub-folders included,
+  hidden files (names starting with ``.``) skipped.
+
+Files are read in *pieces* of at most ``max_chars`` characters, never a
+whole line at once: text8, the standard 100 MB Wikipedia sample, is one
+single line of 17 M tokens, and 17 M Python strings would take over a
+gigabyte. Each piece says whether it ends its line (:class:`TokenPiece`);
+a token cut by a piece boundary is carried over whole to the next piece.
+
+text8 itself is fetched by :func:`download_text8` on a machine with a
+network, once, into the cache folder (``$MINIDIST_DATA/text8`` or
+``~/.cache/minidist/text8``), verified and written atomically, as MNIST is
+(:mod:`minidist.data.mnist`). Tests never download: they pass a fake opener.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from minidist.data.mnist import ChecksumError, DownloadError, Opener, default_cache_dir
+from minidist.data.mnist import urlopen_with_timeout as default_opener
+
+CorpusSource = str | os.PathLike | Iterable[list[str]]
+
+TEXT8_URL = "http://mattmahoney.net/dc/text8.zip"
+TEXT8_SIZE = 100_000_000  # bytes of the unzipped file, as published with it
+# No SHA-256 of text8 is published with it: the first download records the
+# digest of the file it verified by size, and later loads check against it.
+TEXT8_SHA256_FILE = "text8.sha256"
+MAX_PIECE_CHARS = 1 << 20
+
+
+class TokenPiece(NamedTuple):
+    """Consecutive tokens of one line; ``ends_line`` is False when the line goes on."""
+
+    tokens: list[str]
+    ends_line: bool
+
+
+def corpus_files(path: str | os.PathLike) -> list[Path]:
+    """``[path]`` for a file; for a folder, its non-hidden files, recursively, sorted."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"no corpus file or folder at {path}")
+    files = [file for file in sorted(path.rglob("*"))
+             if file.is_file() and not any(part.startswith(".")
+                                           for part in file.relative_to(path).parts)]
+    if not files:
+        raise FileNotFoundError(f"the corpus folder {path} holds no files")
+    return files
+
+
+def iter_file_pieces(path: str | os.PathLike,
+                     max_chars: int = MAX_PIECE_CHARS) -> Iterator[TokenPiece]:
+    """The tokens of a UTF-8 text file, at most ``max_chars`` characters per piece.
+
+    Cost: one sequential read of the file; memory O(max_chars).
+    """
+    with open(path, encoding="utf-8") as file:
+        carried, ends_line = "", True  # carried: the start of a token cut by the last read
+        while text := file.readline(max_chars):
+            ends_line = text.endswith("\n")
+            tokens = (carried + text).split()
+            carried = ""
+            if not ends_line and not text[-1].isspace() and tokens:
+                carried = tokens.pop()  # may go on in the next read
+            yield TokenPiece(tokens, ends_line)
+        if not ends_line:  # the file's last line has no newline
+            yield TokenPiece([carried] if carried else [], True)
+
+
+def iter_pieces(source: CorpusSource, max_chars: int = MAX_PIECE_CHARS) -> Iterator[TokenPiece]:
+    """The pieces of any corpus source: token lines, a text file or a folder of them.
+
+    A file's last line ends with the file, newline or not: no window spans two files.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        for file in corpus_files(source):
+            yield from iter_file_pieces(file, max_chars)
+    else:
+        for line in source:
+            if isinstance(line, str):
+                raise TypeError("a corpus given in memory is a list of token lists, "
+                                "not a list of strings: split each line first")
+            yield TokenPiece(list(line), True)
+
+
+def read_lines(source: CorpusSource) -> Iterator[list[str]]:
+    """The token lines of a source, each line whole (fine unless lines are huge)."""
+    line: list[str] = []
+    for piece in iter_pieces(source):
+        line.extend(piece.tokens)
+        if piece.ends_line:
+            if line:
+                yield line
+            line = []
+
+
+def sha256_of_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
+    """The hex SHA-256 digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_text8(path: Path) -> None:
+    """Raise :class:`ChecksumError` unless ``path`` has text8's size (and recorded digest)."""
+    size = path.stat().st_size
+    if size != TEXT8_SIZE:
+        raise ChecksumError(f"{path}: {size} bytes, text8 has {TEXT8_SIZE}")
+    record = path.with_name(TEXT8_SHA256_FILE)
+    if record.exists():
+        expected, found = record.read_text().strip(), sha256_of_file(path)
+        if found != expected:
+            raise ChecksumError(f"{path}: SHA-256 {found}, recorded {expected}")
+
+
+def download_text8(cache_dir: str | os.PathLike | None = None, url: str = TEXT8_URL,
+                   opener: Opener = default_opener) -> Path:
+    """The path of the unzipped text8 file, downloading it first if it is not cached.
+
+    ``cache_dir`` defaults to ``$MINIDIST_DATA/text8`` (else
+    ``~/.cache/minidist/text8``). The zip is saved as ``text8.zip.part``,
+    its ``text8`` member extracted to ``text8.part``, checked to be exactly
+    100,000,000 bytes, and only then renamed to ``text8`` (atomic); its
+    SHA-256 is recorded next to it in ``text8.sha256`` and checked on every
+    later call. ``opener`` maps a URL to a binary stream (tests pass a fake).
+
+    Cost: a 31 MB download and a 100 MB write, once.
+    """
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir().parent / "text8"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "text8"
+    if target.exists():
+        try:
+            verify_text8(target)
+            return target
+        except ChecksumError:
+            target.unlink()  # damaged or replaced: fetch it again
+            (folder / TEXT8_SHA256_FILE).unlink(missing_ok=True)
+    zipped, partial = folder / "text8.zip.part", folder / "text8.part"
+    try:
+        with opener(url) as response, open(zipped, "wb") as file:
+            shutil.copyfileobj(response, file)
+        with zipfile.ZipFile(zipped) as archive, archive.open("text8") as member, \
+                open(partial, "wb") as file:
+            shutil.copyfileobj(member, file)
+        verify_text8(partial)
+        digest = sha256_of_file(partial)
+        os.replace(partial, target)  # the real name appears complete or not at all
+        record = folder / (TEXT8_SHA256_FILE + ".part")
+        record.write_text(digest + "\n")
+        os.replace(record, folder / TEXT8_SHA256_FILE)
+    except (OSError, zipfile.BadZipFile, KeyError) as error:
+        raise DownloadError(f"could not get text8 from {url}: {type(error).__name__}: {error}"
+                            f"\nor unzip text8 into {folder} by hand") from error
+    finally:
+        zipped.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
+    return target

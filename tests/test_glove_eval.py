@@ -1,0 +1,126 @@
+"""Evaluation of word vectors on hand-made vectors whose answers are known."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from minidist.models.glove_eval import (
+    analogy_accuracy,
+    answer_analogies,
+    average_ranks,
+    nearest_neighbours,
+    read_analogies,
+    similarity_spearman,
+    spearman,
+    unit_rows,
+)
+
+
+def planted_vectors(rng: np.random.Generator):
+    """Words ``concept_form`` with vector = concept one-hot + form offset + small noise."""
+    concepts, forms = ["paris", "rome", "tokyo", "lima"], ["city", "land"]
+    words, rows = [], []
+    for (c, concept), (f, form) in itertools.product(enumerate(concepts), enumerate(forms)):
+        vector = np.zeros(8)
+        vector[c], vector[4 + f] = 1.0, 0.8
+        words.append(f"{concept}_{form}")
+        rows.append(vector + 0.01 * rng.standard_normal(8))
+    return words, np.array(rows)
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_nearest_neighbours_order_and_self_excluded():
+    vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.7, 0.7], [-1.0, 0.0]])
+    words = ["a", "b", "c", "d", "e"]
+    found = nearest_neighbours(vectors, words, "a", k=3)
+    assert [w for w, _ in found] == ["b", "d", "c"]
+    assert found[0][1] == pytest.approx(0.9 / np.hypot(0.9, 0.1))
+    assert len(nearest_neighbours(vectors, words, "a")) == 4
+    with pytest.raises(KeyError):
+        nearest_neighbours(vectors, words, "zzz")
+
+
+def test_planted_analogies_all_correct_with_sections_and_coverage(tmp_path):
+    words, vectors = planted_vectors(np.random.default_rng(0))
+    path = write(tmp_path / "questions.txt",
+                 ": capital-common-countries\n"
+                 "Paris_City Paris_Land Rome_City Rome_Land\n"   # case-insensitive match
+                 "rome_city rome_land tokyo_city tokyo_land\n"
+                 "lima_land lima_city paris_land paris_city\n"
+                 "rome_city rome_land oslo_city oslo_land\n"     # oslo unknown: skipped
+                 ": gram-demo\n"
+                 "paris_city rome_city paris_land rome_land\n"
+                 "tokyo_land lima_land tokyo_city lima_city\n")
+    report = analogy_accuracy(vectors, words, path)
+    sections = {s.name: s for s in report.sections}
+    assert sections["capital-common-countries"].correct == 3
+    assert sections["capital-common-countries"].asked == 3
+    assert sections["capital-common-countries"].total == 4
+    assert (report.semantic.asked, report.syntactic.asked) == (3, 2)
+    assert report.accuracy == 1.0 and report.coverage == pytest.approx(5 / 6)
+    assert "gram-demo" in str(report)
+    strict = analogy_accuracy(vectors, words, path, case_insensitive=False)
+    assert strict.overall.asked == 4
+
+
+def test_question_words_are_never_the_answer():
+    # b - a + c lands exactly on b (a == c), but b is a question word: the next best wins.
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.1, 0.9], [-1.0, 0.0]])
+    answer = answer_analogies(unit_rows(vectors), np.array([[0, 1, 0]]))
+    assert answer.tolist() == [2]
+
+
+def test_answers_equal_a_question_by_question_loop():
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((30, 6))
+    questions = rng.integers(0, 30, (50, 3))
+    unit = unit_rows(vectors)
+    expected = []
+    for a, b, c in questions:
+        target = unit[b] - unit[a] + unit[c]
+        scores = [(-np.inf if w in (a, b, c) else float(unit[w] @ target)) for w in range(30)]
+        expected.append(int(np.argmax(scores)))
+    assert answer_analogies(unit, questions, batch_size=7).tolist() == expected
+
+
+def test_analogy_file_errors(tmp_path):
+    with pytest.raises(ValueError, match=":2"):
+        read_analogies(write(tmp_path / "bad.txt", ": s\na b c\n"))
+    with pytest.raises(ValueError, match="section"):
+        read_analogies(write(tmp_path / "nosection.txt", "a b c d\n"))
+
+
+def test_average_ranks_and_spearman_against_formulas():
+    np.testing.assert_array_equal(average_ranks(np.array([10, 30, 20, 20])), [1, 4, 2.5, 2.5])
+    rng = np.random.default_rng(2)
+    x, y = rng.random(40), rng.random(40)
+    d = average_ranks(x) - average_ranks(y)
+    assert spearman(x, y) == pytest.approx(1 - 6 * np.sum(d * d) / (40 * (40 ** 2 - 1)))
+    assert spearman(x, np.exp(3 * x)) == pytest.approx(1.0)  # any increasing map
+    assert spearman(x, -x) == pytest.approx(-1.0)
+    # with ties: Pearson correlation of the average ranks
+    a, b = np.array([1, 2, 2, 3, 5.0]), np.array([2, 1, 4, 4, 9.0])
+    assert spearman(a, b) == pytest.approx(np.corrcoef(average_ranks(a), average_ranks(b))[0, 1])
+
+
+def test_similarity_spearman_with_coverage(tmp_path):
+    angles = np.array([0.0, 0.2, 0.5, 0.9, 1.4])
+    vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    words = ["w0", "w1", "w2", "w3", "w4"]
+    # cosine with w0 falls as the angle grows: scores that fall too give rho = 1
+    path = write(tmp_path / "sim.txt", "# word1 word2 score\nW0 w1 9.0\nw0 w2 7.5\n"
+                 "w0\tw3 3\nw0 w4 1.0\nw0 unknown 5\n\n")
+    report = similarity_spearman(vectors, words, path)
+    assert report.rho == pytest.approx(1.0)
+    assert (report.used, report.total) == (4, 5) and report.coverage == 0.8
+    reversed_scores = write(tmp_path / "rev.txt", "w0 w1 1\nw0 w2 2\nw0 w3 3\nw0 w4 4\n")
+    assert similarity_spearman(vectors, words, reversed_scores).rho == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match=":1"):
+        similarity_spearman(vectors, words, write(tmp_path / "bad.txt", "w0 w1 high\n"))
