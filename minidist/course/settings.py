@@ -28,6 +28,12 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # Lab 1: gradient checks take a second each; training the MLP takes ~10 s.
     "lab01_autograd": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
                                 cpu_s=300),
+    # Labs 2 and 3: in-process runs take well under a second each; one check cell and the
+    # explore cell each start an MPI job (~1 s, more on a loaded machine).
+    "lab02_messages": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
+                                cpu_s=300),
+    "lab03_allreduce": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
+                                 cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 
