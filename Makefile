@@ -10,6 +10,8 @@ export OPENBLAS_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 # the venv's bin/ must be on PATH: nbgrader calls `alembic`, launch calls `mpiexec`
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# more ranks than cores: MPICH yields instead of spinning while it waits
+MPIEXEC := MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(BIN)/mpiexec -n $(RANKS)
 
 .PHONY: demo test lint lab bench release grade clean
 
@@ -19,8 +21,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[mpich,labs,dev]"
 	touch $(STAMP)
 
+# the MLP on one process, then every allreduce algorithm and data-parallel training on 4 ranks
 demo: $(STAMP)
 	$(BIN)/python -m minidist.examples.mlp
+	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.allreduce_tour
+	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.mlp_ddp
 
 test: $(STAMP)
 	$(BIN)/python -m ruff check minidist tests

@@ -1,0 +1,132 @@
+"""Train the course's MLP on the digits with data parallelism: P ranks, one model.
+
+    mpirun -n 4 python -m mpi4py -m minidist.examples.mlp_ddp     # 4 processes
+    python -m minidist.examples.mlp_ddp                           # 1 process, same code
+    mpirun -n 4 python -m mpi4py -m minidist.examples.mlp_ddp --global-batch 256 --scale-lr
+
+The same model, data and hyper-parameters as ``minidist.examples.mlp``; what
+changes is who computes what. Each step the *global* batch (32 samples by
+default) is split into P local batches (``DistributedSampler``: rank r takes
+every P-th sample of the epoch's shuffled order), every rank runs forward and
+backward on its own share, and ``DataParallel`` averages the gradients, so
+every rank applies the update one process would have applied with the whole
+batch. The accuracy matches the single-process run's (about 97-98%).
+
+**Large batches** (Lecture 4): more ranks invite a larger global batch (more
+samples per step keeps each rank busy), hence fewer steps per epoch. The
+*linear scaling rule* (Goyal et al. 2017) keeps the progress per epoch: a
+batch k times larger takes a k times larger learning rate, reached by a
+linear warm-up from the base rate (``--scale-lr``, using
+``minidist.optim.schedules.linear_scaling``). The trade-off: a larger batch
+means fewer, cheaper-to-synchronise steps, but each one averages away more
+gradient noise and the scaled step can overshoot; too small a rate wastes
+the large batch (slow progress per epoch), too large a rate — or no warm-up
+while the weights still move fast — diverges. Past some batch size no
+learning rate recovers the small-batch accuracy in the same number of epochs.
+
+Only rank 0 prints and shows the progress bar; every rank trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from minidist.comm import Communicator, world
+from minidist.comm.allreduce import allreduce
+from minidist.data import DataLoader, DistributedSampler, load_digits
+from minidist.examples.mlp import OPTIMIZERS, make_optimizer, standardize
+from minidist.models.mlp import accuracy, build_mlp, classification_loss
+from minidist.optim.schedules import LRScheduler, linear_scaling
+from minidist.parallel.ddp import DataParallel
+
+BASE_BATCH = 32  # the batch size the single-process learning rates were tuned for
+
+
+def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int = BASE_BATCH,
+          lr: float = 3e-3, scale_lr: bool = False, warmup_epochs: float = 2.0,
+          hidden: int = 256, optimizer: str = "adam", seed: int = 0, bucket_mb: float = 25,
+          algorithm: str = "ring", progress: bool = True) -> dict[str, Any]:
+    """Data-parallel training on the ranks of ``comm`` (default: ``comm.world()``).
+
+    Returns, on every rank, ``dict(model, losses, accuracy, seconds, lr, overlap)``:
+    ``losses`` the mean training loss of each epoch over all ranks, ``accuracy``
+    on the test set, ``lr`` the final learning rate, ``overlap`` the mean share of
+    communication hidden behind backward.
+    """
+    c = comm if comm is not None else world()
+    if global_batch % c.size:
+        raise ValueError(f"global batch {global_batch} must be a multiple of the {c.size} ranks")
+    train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=seed))
+    model = DataParallel(build_mlp((train_set.x.shape[1], hidden, train_set.num_classes),
+                                   seed=seed), c, bucket_mb=bucket_mb, algorithm=algorithm)
+    sampler = DistributedSampler(len(train_set), c.size, c.rank, seed=seed,
+                                 batch_size=global_batch // c.size)
+    loader = DataLoader(train_set, sampler=sampler)
+    opt = make_optimizer(optimizer, model.parameters(), lr)
+    scheduler = None
+    if scale_lr:  # lr * global_batch / BASE_BATCH, reached by a linear warm-up
+        schedule = linear_scaling(lr, global_batch, BASE_BATCH,
+                                  warmup_steps=round(warmup_epochs * len(loader)))
+        scheduler = LRScheduler(opt, schedule)
+
+    losses, overlap = [], []
+    start = time.perf_counter()
+    bar = tqdm(range(epochs), desc=f"epochs ({c.size} ranks)", disable=not progress or c.rank)
+    for _ in bar:
+        total = np.zeros(2)  # this rank's summed loss and sample count
+        for x, y in loader:
+            opt.zero_grad()
+            loss = classification_loss(model, x, y)
+            loss.backward()  # gradients averaged over the ranks when it returns
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
+            total += (loss.item() * len(y), len(y))
+            overlap.append(model.last_step_stats["overlap_fraction"])
+        # communication: the epoch's loss over all ranks (one small allreduce per epoch)
+        loss_sum, count = allreduce(total, c)
+        losses.append(loss_sum / count)
+        bar.set_postfix(loss=f"{losses[-1]:.4f}")
+    seconds = time.perf_counter() - start
+    return dict(model=model.module, losses=losses, seconds=seconds,
+                accuracy=accuracy(model.module, test_set.x, test_set.y),
+                lr=opt.param_groups[0]["lr"], overlap=float(np.mean(overlap)))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--global-batch", type=int, default=BASE_BATCH,
+                        help="samples per step over all ranks (a multiple of P)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="base learning rate (default: 3e-3 for adam, 0.05 for sgd)")
+    parser.add_argument("--scale-lr", action="store_true",
+                        help=f"linear scaling: lr * global_batch / {BASE_BATCH}, with warm-up")
+    parser.add_argument("--warmup-epochs", type=float, default=2.0)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
+    parser.add_argument("--bucket-mb", type=float, default=25)
+    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    lr = args.lr if args.lr is not None else (3e-3 if args.optimizer == "adam" else 0.05)
+    c = world()
+    result = train(c, epochs=args.epochs, global_batch=args.global_batch, lr=lr,
+                   scale_lr=args.scale_lr, warmup_epochs=args.warmup_epochs, hidden=args.hidden,
+                   optimizer=args.optimizer, seed=args.seed, bucket_mb=args.bucket_mb,
+                   algorithm=args.algorithm)
+    if c.rank == 0:
+        print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs on {c.size} "
+              f"ranks, global batch {args.global_batch}, final lr {result['lr']:.3g} "
+              f"({result['seconds']:.1f} s of training, {result['overlap']:.0%} of "
+              "communication hidden behind backward)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Hogwild: lock-free GloVe workers in shared memory, against the sequential run."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from multiprocessing import shared_memory
+
+import numpy as np
+import pytest
+from test_glove import random_cooccurrence
+
+from minidist.models import glove
+from minidist.parallel import hogwild
+
+
+@pytest.fixture(scope="module")
+def problem():
+    row, col, val = random_cooccurrence(2000, 60_000, seed=11)
+    return glove.Records.from_counts(row, col, val), glove.GloVe.create(2000, 16, seed=3)
+
+
+@pytest.fixture
+def created_blocks(monkeypatch):
+    """Record the names of the shared-memory blocks the parent creates."""
+    names: list[str] = []
+
+    class Recorded(shared_memory.SharedMemory):
+        def __init__(self, name=None, create=False, size=0):
+            super().__init__(name=name, create=create, size=size)
+            if create:
+                names.append(self.name)
+
+    monkeypatch.setattr(hogwild.shared_memory, "SharedMemory", Recorded)
+    return names
+
+
+def assert_cleaned_up(names: list[str]) -> None:
+    assert names, "no shared block was created"
+    for name in names:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)  # unlinked
+    assert not [p for p in mp.active_children() if p.name.startswith("hogwild")]
+
+
+@pytest.mark.timeout(60)
+def test_one_worker_is_exactly_the_sequential_run(problem, created_blocks):
+    records, start = problem
+    sequential, parallel = start.copy(), start.copy()
+    costs = glove.train(sequential, records, epochs=2, batch_size=1024, seed=5)
+    run = hogwild.train_hogwild(parallel, records, workers=1, epochs=2, batch_size=1024,
+                                seed=5, timeout=50)
+    assert run.costs == costs
+    for name, array in parallel.arrays().items():
+        np.testing.assert_array_equal(array, sequential.arrays()[name])
+    assert_cleaned_up(created_blocks)
+
+
+@pytest.mark.timeout(90)
+def test_two_workers_reach_the_sequential_loss(problem, created_blocks):
+    """Equal updates: the same epochs, permutations and batch size, split over 2 workers.
+
+    Tolerance: the final loss within 5% of the sequential run's (lost or
+    interleaved updates between the workers make them differ a little).
+    """
+    records, start = problem
+    sequential, parallel = start.copy(), start.copy()
+    glove.train(sequential, records, epochs=4, batch_size=1024, seed=2)
+    seen = []
+    run = hogwild.train_hogwild(parallel, records, workers=2, epochs=4, batch_size=1024,
+                                seed=2, timeout=80, on_epoch=lambda e, c: seen.append((e, c)))
+    assert [e for e, _ in seen] == [0, 1, 2, 3] and [c for _, c in seen] == run.costs
+    assert all(b < a for a, b in zip(run.costs, run.costs[1:], strict=False)), run.costs
+    initial = glove.loss(start, records)
+    expected, reached = glove.loss(sequential, records), glove.loss(parallel, records)
+    assert reached < 0.5 * initial
+    assert reached == pytest.approx(expected, rel=0.05)
+    assert not np.array_equal(parallel.word, sequential.word)  # another order of updates
+    assert len(run.seconds) == 4 and all(s > 0 for s in run.seconds)
+    assert_cleaned_up(created_blocks)
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_worker_raises_with_its_traceback_and_cleans_up(problem, created_blocks):
+    records, start = problem
+    model = start.copy()
+    with pytest.raises(RuntimeError, match="hogwild worker . failed") as failure:
+        hogwild.train_hogwild(model, records, workers=2, epochs=1, batch_size=0, timeout=50)
+    assert "Traceback" in str(failure.value)
+    np.testing.assert_array_equal(model.word, start.word)  # untouched on failure
+    assert_cleaned_up(created_blocks)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_stops_the_workers_and_cleans_up(problem, created_blocks):
+    records, start = problem
+    with pytest.raises(TimeoutError):
+        hogwild.train_hogwild(start.copy(), records, workers=2, epochs=50, batch_size=64,
+                              timeout=1.0)
+    assert_cleaned_up(created_blocks)
+
+
+def test_shared_arrays_round_trip_and_unlink():
+    arrays = {"a": np.arange(12.0).reshape(3, 4), "ids": np.arange(5, dtype=np.int32),
+              "empty": np.zeros(0)}
+    owner = hogwild.SharedArrays.create(arrays)
+    names = [name for name, _, _ in owner.spec().values()]
+    other = hogwild.SharedArrays.attach(owner.spec())
+    other["a"][1, 2] = -1.0  # a write through one mapping is seen through the other
+    assert owner["a"][1, 2] == -1.0 and owner["ids"].dtype == np.int32
+    np.testing.assert_array_equal(other["ids"], arrays["ids"])
+    other.close()
+    owner.close()
+    for name in names:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)

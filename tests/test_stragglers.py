@@ -1,0 +1,83 @@
+"""Stragglers: in synchronous data parallelism one slow rank slows every rank down.
+
+The model is tiny, so a step computes in well under a millisecond and the
+injected delay dominates: the checks are lower bounds that load cannot break.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist.bench.ddp import straggler_trial
+from minidist.comm import Straggler
+from minidist.viz import plot_timeline, summarize
+
+SIZES, BATCH, STEPS, DELAY = [16, 32, 4], 8, 4, 0.05
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+@pytest.mark.timeout(60)
+def test_a_sleeping_rank_makes_every_rank_wait_and_the_trace_shows_it(tmp_path):
+    results = md.launch(straggler_trial, 3, args=(SIZES, BATCH, STEPS, DELAY, 2),
+                        backend="local", timeout=50)
+    totals = summarize([r["trace"] for r in results])
+    for rank, (result, total) in enumerate(zip(results, totals, strict=True)):
+        assert result["own_step"] >= DELAY  # every rank's step pays the straggler's delay
+        kinds = [kind for kind, *_ in result["trace"]]
+        assert kinds.count("compute") == kinds.count("wait") == STEPS
+        if rank != 2:  # fast ranks: most of the delay is spent waiting after backward
+            assert total["wait"] >= 0.6 * STEPS * DELAY
+            assert total["compute"] < total["wait"]
+    assert totals[2]["compute"] >= STEPS * DELAY  # the straggler sleeps inside its compute
+    assert totals[2]["wait"] < min(totals[0]["wait"], totals[1]["wait"])
+
+    path = tmp_path / "timeline.png"
+    plot_timeline([r["trace"] for r in results], path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+@pytest.mark.timeout(60)
+def test_the_in_process_straggler_option_delays_every_rank():
+    fast = md.launch(straggler_trial, 2, args=(SIZES, BATCH, STEPS, 0.0, 1), backend="local")
+    slow = md.launch(straggler_trial, 2, args=(SIZES, BATCH, STEPS, 0.0, 1), backend="local",
+                     stragglers={1: Straggler(delay=DELAY, sleep=True)})
+    for rank in range(2):  # rank 1 sleeps before each message it sends: rank 0 waits for it
+        assert slow[rank]["own_step"] >= DELAY > fast[rank]["own_step"]
+
+
+def test_summarize_adds_up_each_kind():
+    traces = [[("compute", "main", 0.0, 1.0), ("wait", "main", 1.0, 1.5),
+               ("comm", "comm", 0.5, 1.5)], [("compute", "main", 0.0, 1.4)]]
+    assert summarize(traces) == [{"compute": 1.0, "comm": 1.0, "wait": 0.5},
+                                 {"compute": 1.4, "comm": 0.0, "wait": 0.0}]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
+def test_a_sleeping_rank_under_mpi_slows_every_rank():
+    results = md.launch(straggler_trial, 2, args=(SIZES, BATCH, 3, DELAY, 1), backend="mpi",
+                        timeout=50)
+    for result in results:
+        assert result["own_step"] >= DELAY
+    waits = summarize([r["trace"] for r in results])
+    assert waits[0]["wait"] > waits[1]["wait"]
+    assert np.isclose(results[0]["step"], results[1]["step"])  # the slowest rank's, everywhere
+
+
+def test_the_recorder_times_blocks_from_its_origin():
+    from minidist.parallel.timing import TraceRecorder
+
+    recorder = TraceRecorder()
+    recorder.add("comm", 0.0, 1.0, lane="comm")
+    recorder.start()  # forgets the earlier interval, time 0 is now
+    with recorder.interval("compute"):
+        time.sleep(0.01)
+    [(kind, lane, start, end)] = recorder.to_list()
+    assert (kind, lane) == ("compute", "main") and 0 <= start < 0.01 <= end - start < 5
+    with pytest.raises(ValueError, match="kind"):
+        recorder.add("sleep", 0.0, 1.0)
