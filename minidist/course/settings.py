@@ -34,6 +34,10 @@ LAB_LIMITS: dict[str, LabLimits] = {
                                 cpu_s=300),
     "lab03_allreduce": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
                                  cpu_s=300),
+    # Lab 4: every check trains tiny models on in-process ranks (~1 s); the explore cells
+    # train on the digits (~1 s) and start one 2-process MPI job (~1 s, more when loaded).
+    "lab04_data_parallel": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
+                                     memory_mb=3072, cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 
