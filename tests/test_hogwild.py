@@ -113,3 +113,14 @@ def test_shared_arrays_round_trip_and_unlink():
     for name in names:
         with pytest.raises(FileNotFoundError):
             shared_memory.SharedMemory(name=name)
+
+
+@pytest.mark.timeout(120)
+def test_reports_of_short_epochs_are_counted_per_epoch(created_blocks):
+    """Three workers, many short epochs: a fast worker's report of epoch e+1 can reach
+    the parent before a slow worker's report of epoch e; every epoch still counts its own."""
+    row, col, val = random_cooccurrence(500, 12_000, seed=5)
+    records, start = glove.Records.from_counts(row, col, val), glove.GloVe.create(500, 8, seed=1)
+    run = hogwild.train_hogwild(start, records, workers=3, epochs=6, batch_size=512, timeout=100)
+    assert len(run.costs) == 6 and all(np.isfinite(run.costs))
+    assert_cleaned_up(created_blocks)

@@ -1,0 +1,272 @@
+"""Checks for Lab 5 (GloVe and Hogwild): each task against an answer the check computes itself.
+
+GloVe stores, as glove.c does, one row ``[w_i, b_i]`` per word (the bias in
+the last column) in a word table and a context table, both ``(V, d + 1)``.
+The checks:
+
+1. ``weighting``: against f(x) = (x / x_max)^alpha below x_max, 1 from there.
+2. ``loss_and_gradients``: the cost against glove.c's J / 2 written here in
+   numpy, the gradients against central finite differences of it, on
+   batches where words repeat (a repeated word gets the *sum* of its
+   records' gradients).
+3. ``adagrad_step``: several steps on random rows, table and squared sums
+   against the library's glove.c update computed before the check.
+4. ``sharded_dots``: P in-process ranks, each holding some columns of both
+   tables; values against numpy, traffic against one ``comm.allreduce`` of
+   the B partial dot products (any of the library's algorithms): sending
+   the vectors' columns moves d / P times more and fails.
+5. ``hogwild_vs_sequential``: a plausibility check. The sequential model
+   must be exactly ``glove.train``'s; the Hogwild model, trained by lock-free
+   processes and so not reproducible, must reach about the same loss.
+
+While a task is checked, the library's own answer is blocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from minidist.comm.allreduce import ALGORITHMS, allreduce
+from minidist.labkit.blocking import blocked
+from minidist.labkit.checks import CheckFailed, expect, expect_close, numerical_gradient
+from minidist.labkit.lab02 import run_ranks
+from minidist.models import glove
+from minidist.parallel.glove_sharded import column_bounds
+
+LIBRARY_WEIGHTING = ("minidist.models.glove.weighting",)
+LIBRARY_LOSS = (
+    "minidist.models.glove.gather_residuals",
+    "minidist.models.glove.loss",
+    "minidist.models.glove.batch_gradients",
+    "minidist.models.glove.row_gradients",
+    "minidist.models.glove.autograd_loss",
+    "minidist.models.glove.sum_rows",
+)
+LIBRARY_ADAGRAD = (
+    "minidist.models.glove.adagrad_rows",
+    "minidist.models.glove.apply_gradients",
+    "minidist.models.glove.ReferenceAdaGrad.update",
+)
+LIBRARY_SHARDED = (
+    "minidist.parallel.glove_sharded.sharded_step",
+    "minidist.parallel.glove_sharded.train_glove_sharded",
+)
+
+
+def random_tables(vocab_size: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A word and a context table ``(V, d + 1)`` of standard normal numbers / sqrt(d)."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((2, vocab_size, dim + 1)) / np.sqrt(max(dim, 1))
+
+
+def random_counts(vocab_size: int, nnz: int, seed: int) -> glove.Records:
+    """Records of distinct (i, j) pairs, Zipf-like word frequencies, counts around x_max."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab_size + 1)
+    p /= p.sum()
+    key = np.unique(rng.choice(vocab_size, nnz, p=p) * vocab_size
+                    + rng.choice(vocab_size, nnz, p=p))
+    count = rng.gamma(0.5, 40.0, len(key)) + 0.25
+    return glove.Records.from_counts(key // vocab_size, key % vocab_size, count)
+
+
+def random_batch(vocab_size: int, batch_size: int, seed: int) -> glove.Records:
+    """A shuffled batch of records whose word and context ids repeat (V < B)."""
+    rng = np.random.default_rng(seed)
+    count = rng.gamma(0.5, 40.0, batch_size) + 0.25
+    return glove.Records.from_counts(rng.integers(0, vocab_size, batch_size),
+                                     rng.integers(0, vocab_size, batch_size), count)
+
+
+def half_loss(word: np.ndarray, context: np.ndarray, batch: glove.Records) -> float:
+    """glove.c's cost J / 2 = 1/2 sum f(X_ij) (w_i . w~_j + b_i + b~_j - log X_ij)^2."""
+    w, c = word[batch.row], context[batch.col]
+    diff = (w[:, :-1] * c[:, :-1]).sum(axis=1) + w[:, -1] + c[:, -1] - batch.log_x
+    return 0.5 * float(np.sum(batch.weight * diff * diff))
+
+
+# --- Task 1: the weighting function ---------------------------------------------------------
+def check_weighting(weighting: Callable[..., Any], x: Any, x_max: float | None = None,
+                    alpha: float | None = None,
+                    block: tuple[str, ...] = LIBRARY_WEIGHTING) -> None:
+    """``weighting(x)`` (defaults 100 and 0.75) or ``weighting(x, x_max=, alpha=)``."""
+    __tracebackhide__ = True
+    options = {k: v for k, v in (("x_max", x_max), ("alpha", alpha)) if v is not None}
+    top, power = options.get("x_max", 100.0), options.get("alpha", 0.75)
+    x = np.asarray(x, dtype=np.float64)
+    expected = np.where(x < top, (x / top) ** power, 1.0)
+    what = "weighting(x" + "".join(f", {k}={v:g}" for k, v in options.items()) + ")"
+    with blocked(*block):
+        got = weighting(x.copy(), **options)
+    expect_close(f"{what} for x = {np.round(x, 3).tolist()}", got, expected, rtol=1e-12,
+                 atol=0)
+
+
+# --- Task 2: the loss and its gradients -----------------------------------------------------
+def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int, dim: int,
+                         batch_size: int, seed: int = 0,
+                         block: tuple[str, ...] = LIBRARY_LOSS) -> None:
+    """``loss_and_gradients(word, context, batch)`` returns ``(cost, word_grad, context_grad)``:
+    J / 2 on the batch and its gradients, tables' shapes, compared with finite differences.
+
+    Cost: 4 V (d + 1) evaluations of the cost, two per number of the two tables."""
+    __tracebackhide__ = True
+    what = f"loss_and_gradients, V = {vocab_size}, d = {dim}, a batch of {batch_size} records"
+    word, context = random_tables(vocab_size, dim, seed)
+    batch = random_batch(vocab_size, batch_size, seed + 1)
+    tables = [word.copy(), context.copy()]
+    expected = [numerical_gradient(lambda w, c: half_loss(w, c, batch), tables, k)
+                for k in (0, 1)]
+    with blocked(*block):
+        cost, *grads = loss_and_gradients(word, context, batch)
+    for name, table, original in (("word", word, tables[0]), ("context", context, tables[1])):
+        expect(np.array_equal(table, original), f"{what}: your function changed the {name} "
+               "table; it should only read it (the AdaGrad step updates it)")
+    expect_close(f"{what}: the cost J / 2", float(cost), half_loss(word, context, batch),
+                 rtol=1e-9, atol=1e-12)
+    for name, ids, grad, exact in (("word", batch.row, grads[0], expected[0]),
+                                   ("context", batch.col, grads[1], expected[1])):
+        try:
+            expect_close(f"{what}: the {name} table's gradient", grad, exact, rtol=1e-5,
+                         atol=1e-7)
+        except CheckFailed as failure:
+            wrong = np.flatnonzero(~np.isclose(np.asarray(grad), exact, rtol=1e-5,
+                                               atol=1e-7).all(axis=1))
+            repeated = np.flatnonzero(np.bincount(ids, minlength=vocab_size) > 1)
+            if len(wrong) and np.isin(wrong, repeated).all():
+                raise CheckFailed(f"{failure} -- only rows of words that occur in several "
+                                  "records are wrong: such a row gets the sum of their "
+                                  "gradients (np.add.at; grad[ids] += ... keeps one)") from None
+            raise
+
+
+# --- Task 3: glove.c's AdaGrad step ---------------------------------------------------------
+def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, steps: int,
+                  eta: float = glove.ETA, seed: int = 0,
+                  block: tuple[str, ...] = LIBRARY_ADAGRAD) -> None:
+    """``steps`` calls ``adagrad_step(table, gradsq, rows, grad, eta)`` on distinct random
+    rows; after each, the table and the squared sums must be glove.c's (in place)."""
+    __tracebackhide__ = True
+    what = f"adagrad_step, V = {vocab_size}, d = {dim}, eta = {eta:g}"
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((vocab_size, dim + 1))
+    gradsq = np.ones_like(table)  # glove.c starts every sum at 1
+    expected, expected_sq = table.copy(), gradsq.copy()
+    for step in range(1, steps + 1):
+        rows = rng.choice(vocab_size, rng.integers(1, vocab_size), replace=False)  # unsorted
+        grad = 3.0 * rng.standard_normal((len(rows), dim + 1))
+        glove.adagrad_rows(expected, expected_sq, rows, grad, eta)
+        before, before_sq = table.copy(), gradsq.copy()
+        with blocked(*block):
+            adagrad_step(table, gradsq, rows.copy(), grad.copy(), eta)
+        expect(not np.array_equal(table, before), f"{what}: step {step} left the table "
+               "unchanged; update the arrays you are given in place (table[rows] -= ...)")
+        where = f"{what}: after step {step} (rows {rows[:4].tolist()}...)"
+        textbook_sq = before_sq.copy()
+        textbook_sq[rows] += (eta * grad) ** 2
+        textbook = before.copy()
+        textbook[rows] -= eta * grad / np.sqrt(textbook_sq[rows])
+        try:
+            expect_close(f"{where}, the table", table, expected, rtol=1e-10, atol=1e-12)
+        except CheckFailed as failure:
+            if not np.allclose(table, textbook, rtol=1e-10, atol=1e-12):
+                raise
+            raise CheckFailed(f"{failure} -- you added (eta g)^2 to G before the step; "
+                              "glove.c divides by the old G") from None
+        expect_close(f"{where}, the sums of squares G (+= (eta g)^2, after the step)", gradsq,
+                     expected_sq, rtol=1e-10, atol=1e-12)
+
+
+# --- Task 4: the dimensions split over ranks ------------------------------------------------
+def allreduce_traffic(world_size: int, length: int) -> dict[str, list[tuple[int, int]]]:
+    """Each rank's (messages, bytes) sent by one ``comm.allreduce`` of ``length`` float64,
+    for each of the library's algorithms, with and without the agreement check."""
+    options = {}
+    for algorithm in (a for a in ALGORITHMS if a != "mpi"):
+        for check in (True, False):
+            def body(c: Any, algorithm: str = algorithm, check: bool = check) -> None:
+                allreduce(np.zeros(length), c, algorithm=algorithm, check=check)
+
+            stats = run_ranks(body, world_size, "reference allreduce", ())[1]
+            options[f"{algorithm}{'' if check else ', check=False'}"] = [
+                (s.messages_sent, s.bytes_sent) for s in stats]
+    return options
+
+
+def check_sharded_dots(sharded_dots: Callable[..., Any], world_size: int, vocab_size: int,
+                       dim: int, batch_size: int, seed: int = 0,
+                       block: tuple[str, ...] = LIBRARY_SHARDED) -> None:
+    """Rank r holds columns lo_r:hi_r (``column_bounds``) of two (V, d) tables; every rank
+    must return all B dot products, having sent what one allreduce of B numbers sends."""
+    __tracebackhide__ = True
+    what = f"sharded_dots, P = {world_size}, d = {dim}, B = {batch_size}"
+    rng = np.random.default_rng(seed)
+    word, context = rng.standard_normal((2, vocab_size, dim))
+    row, col = rng.integers(0, vocab_size, (2, batch_size))
+    bounds = column_bounds(dim, world_size)
+
+    def body(c: Any) -> np.ndarray:
+        lo, hi = bounds[c.rank]
+        mine = sharded_dots(c, word[:, lo:hi].copy(), context[:, lo:hi].copy(), row.copy(),
+                            col.copy())
+        return np.asarray(mine)
+
+    results, stats = run_ranks(body, world_size, what, block)
+    expected = np.einsum("bk,bk->b", word[row], context[col])
+    for rank, got in enumerate(results):
+        expect_close(f"{what}: rank {rank}'s dot products", got, expected, rtol=1e-10,
+                     atol=1e-12)
+    got = [(s.messages_sent, s.bytes_sent) for s in stats]
+    options = allreduce_traffic(world_size, batch_size)
+    ring = options["ring"]
+    columns = max(hi - lo for lo, hi in bounds)
+    expect(got in options.values(), f"{what}: the ranks sent {[b for _, b in got]} bytes in "
+           f"{[m for m, _ in got]} messages; one comm.allreduce of the B = {batch_size} partial "
+           f"dot products sends {[b for _, b in ring]} bytes in {[m for m, _ in ring]} "
+           f"messages (ring). Only the B numbers travel, never the rows of {columns} "
+           "columns")
+
+
+# --- Task 5: Hogwild against the sequential run ---------------------------------------------
+def check_hogwild(hogwild_vs_sequential: Callable[..., Any], workers: int, vocab_size: int,
+                  dim: int, nnz: int, epochs: int, batch_size: int, seed: int = 0,
+                  tolerance: float = 0.1) -> None:
+    """``hogwild_vs_sequential(model, records, workers, epochs, batch_size, seed)`` returns
+    ``(sequential, hogwild)``, two models trained from copies of ``model``. The sequential one
+    must be ``glove.train``'s exactly; Hogwild's loss within ``tolerance`` of it (relative)."""
+    __tracebackhide__ = True
+    what = (f"hogwild_vs_sequential, {workers} worker(s), V = {vocab_size}, d = {dim}, "
+            f"{epochs} epoch(s) of batches of {batch_size}")
+    records = random_counts(vocab_size, nnz, seed)
+    model = glove.GloVe.create(vocab_size, dim, seed)
+    start = model.copy()
+    reference = model.copy()
+    glove.train(reference, records, epochs, batch_size, seed=seed)
+    sequential, hogwild = hogwild_vs_sequential(model, records, workers, epochs, batch_size,
+                                                seed)
+    for name, a in start.arrays().items():
+        expect(np.array_equal(getattr(model, name), a), f"{what}: the model you were given "
+               f"changed ({name}); train copies of it (model.copy())")
+    for name, a in reference.arrays().items():
+        expect_close(f"{what}: the sequential run's {name} (glove.train on a copy, "
+                     "same epochs, batch size and seed)", getattr(sequential, name), a,
+                     rtol=1e-12, atol=1e-14)
+        expect(np.asarray(getattr(hogwild, name)).shape == a.shape,
+               f"{what}: the Hogwild model's {name} has the wrong shape")
+    expect(not np.array_equal(hogwild.word, start.word), f"{what}: the Hogwild model is the "
+           "untrained one")
+    before, after = glove.loss(start, records), glove.loss(reference, records)
+    loss = glove.loss(hogwild, records)
+    if workers == 1:  # one worker trains its one shard in glove.train's order
+        expect_close(f"{what}: the Hogwild model with one worker (it must equal the "
+                     "sequential one)", hogwild.word, reference.word, rtol=1e-12, atol=1e-14)
+    else:
+        expect(not np.array_equal(hogwild.word, reference.word), f"{what}: the Hogwild model "
+               "equals the sequential one bit for bit; train it with train_hogwild")
+    expect(np.isfinite(loss) and abs(loss - after) <= tolerance * (before - after),
+           f"{what}: Hogwild's loss J is {loss:.6g}, the sequential run's {after:.6g} (from "
+           f"{before:.6g}); at equal updates they should be within {tolerance:.0%} of the "
+           "decrease")
