@@ -38,6 +38,12 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # train on the digits (~1 s) and start one 2-process MPI job (~1 s, more when loaded).
     "lab04_data_parallel": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
                                      memory_mb=3072, cpu_s=300),
+    # Lab 5: checks take well under a second each; Task 5's check and one explore cell start
+    # Hogwild's worker processes (spawn, under a second each time; the address-space limit
+    # applies to each process). The explore cells train on a synthetic corpus (~5 s); the
+    # whole notebook runs in ~10 s.
+    "lab05_glove": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
+                             cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 
