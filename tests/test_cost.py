@@ -105,3 +105,42 @@ def test_predict_rejects_nonsense() -> None:
         cost.predict("ring", 4, 63, 8, NETWORK)
     assert cost.mpich_time(4, 1 << 20, NETWORK) <= cost.predict(
         "recursive_doubling", 4, 1 << 20, 8, NETWORK).time
+
+
+CURVED = NetworkModel(2e-6, 3e-10, 7e-11, curve=((1024, 1e-10, 2e-11), (1 << 16, 2e-10, 5e-11),
+                                                 (1 << 20, 4e-10, 1e-10)))
+
+
+def test_a_bandwidth_curve_is_read_between_its_points() -> None:
+    assert CURVED.beta_at(8) == 1e-10 and CURVED.beta_at(1 << 30) == 4e-10  # flat outside
+    assert CURVED.beta_at(1 << 16) == 2e-10 and CURVED.gamma_at(1 << 16) == 5e-11
+    # halfway in log2 size between 64 KiB and 1 MiB: halfway in beta
+    assert CURVED.beta_at(1 << 18) == pytest.approx(3e-10)
+    assert CURVED.message_time(1 << 18) == pytest.approx(2e-6 + 3e-10 * (1 << 18))
+    flat = CURVED.at(1 << 18)
+    assert not flat.curve and flat.beta == CURVED.beta_at(1 << 18)
+    assert flat.gamma == CURVED.gamma_at(1 << 18) and NETWORK.at(1 << 18) is NETWORK
+    with pytest.raises(ValueError, match="increasing"):
+        NetworkModel(curve=((1 << 20, 1e-10, 1e-11), (1024, 1e-10, 1e-11)))
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("p", [2, 3, 4, 7])
+def test_a_bandwidth_curve_prices_clock_and_model_alike(algorithm: str, p: int) -> None:
+    """Every message of an allreduce on N bytes is priced at the curve's value for N."""
+    for n in (1, 100, 5000, 40000):
+        cluster = LocalCluster(p, network=CURVED)
+        cluster.run(lambda c, n=n: allreduce(np.ones(n), c, "sum", algorithm, check=False))
+        predicted = cost.predict(algorithm, p, 8 * n, 8, CURVED)
+        flat = cost.predict(algorithm, p, 8 * n, 8, CURVED.at(8 * n))
+        assert max(s.clock for s in cluster.stats) == pytest.approx(predicted.time, rel=1e-9)
+        assert predicted.time == flat.time
+
+
+def test_a_tree_on_two_ranks_is_one_exchange() -> None:
+    """One edge: both ends swap and reduce (one round); short vectors ride in the check."""
+    for n in (1, 32, 1000):
+        measured = measure(2, lambda c, n=n: allreduce(np.ones(n), c, "sum", "tree"))
+        assert_matches(measured, cost.predict("tree", 2, 8 * n, 8, NETWORK, check=True))
+        assert measured["rounds"] == (1 if 8 * n <= 256 else 2)  # the check's exchange too
+        assert measured["messages_sent"] == ([1, 1] if 8 * n <= 256 else [2, 2])

@@ -77,6 +77,9 @@ class ProcessWatcher:
     proxies, the ranks), with the session mpiexec leads, so we can check none survive."""
 
     def __init__(self):
+        # children that were already there (e.g. multiprocessing's resource tracker, which
+        # an earlier test's shared memory started and which lives as long as pytest)
+        self.before = {p.pid for p in psutil.Process().children(recursive=True)}
         self.seen: dict[int, psutil.Process] = {}
         self.sessions: set[int] = set()
         self.stop = threading.Event()
@@ -86,6 +89,8 @@ class ProcessWatcher:
     def _watch(self):
         while not self.stop.wait(0.05):
             for proc in psutil.Process().children(recursive=True):
+                if proc.pid in self.before:
+                    continue
                 self.seen.setdefault(proc.pid, proc)
                 with contextlib.suppress(psutil.Error, ProcessLookupError):
                     self.sessions.add(os.getsid(proc.pid))

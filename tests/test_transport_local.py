@@ -417,6 +417,10 @@ def test_network_model_is_loaded_from_the_fit_file(tmp_path, monkeypatch):
     comm.save_network_model(NetworkModel(2e-6, 3e-10, 4e-11), host="here")
     assert json.loads(path.read_text())["host"] == "here"
     assert LocalCluster(2).network == NetworkModel(2e-6, 3e-10, 4e-11)
+    curved = NetworkModel(2e-6, 3e-10, 4e-11, curve=((4096, 1e-10, 2e-11), (1 << 20, 3e-10,
+                                                                            5e-11)))
+    comm.save_network_model(curved)
+    assert comm.load_network_model() == curved  # the curve survives the JSON round trip
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a network model"):
         comm.load_network_model()

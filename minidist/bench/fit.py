@@ -1,18 +1,28 @@
-"""Fit the α-β-γ network model on this machine and save it for the in-process transport.
+"""Fit the network model on this machine, for the cost model and the in-process transport.
 
     python -m minidist.bench.fit              # launches 2 MPI ranks itself, saves the fit
     python -m minidist.bench.fit --dry-run    # print, do not save
 
-1. alpha, beta: two MPI ranks time messages of 8 B to 64 MiB. A *ping-pong*
-   (rank 0 sends, rank 1 sends it back; one way = half the round trip)
-   gives alpha = the one-way time of 8 bytes. The allreduce algorithms,
-   though, mostly *exchange* (both ranks send at once with Sendrecv); on
-   one host both copies share the memory bus, so beta is the slope of the
-   exchange time over the large sizes (>= 1 MiB), which is what a ring or
-   recursive doubling step meets. The ping-pong slope is saved beside it.
-2. gamma: seconds per byte of an in-place ``np.add`` on float32 arrays
-   larger than the caches (what ``combine`` does).
+1. alpha: the latency a message has *as the algorithms send it*: the time
+   of the shortest complete allreduce, one exchange of 4 bytes through
+   this library (``allreduce(..., "recursive_doubling", check=False)``).
+   It is several times MPI's own latency (a ping-pong of 8 bytes, saved as
+   ``alpha_mpi``): a Python collective pays its own bookkeeping per call
+   and per step, and the model must price what runs, not what MPI could do.
+2. beta(n): the allreduce algorithms mostly *exchange* (both ranks send at
+   once with Sendrecv; on one host both copies share the memory bus), so
+   at every size n from 256 B to 64 MiB (factors of 2) the ranks time a
+   raw mpi4py exchange of a buffer they have just written (as an allreduce
+   sends what the CPU just computed), and ``beta(n) = (time - alpha_mpi) /
+   n``: the time the bytes themselves take. The textbook constant ``beta`` is the slope
+   over the sizes >= 1 MiB; the ping-pong curve is saved beside it.
+3. gamma(n): seconds per byte of an in-place ``np.add`` on float32 arrays
+   of n bytes (what ``combine`` does), at the same sizes; the constant
+   ``gamma`` is that of the largest size.
 
+Buffers are reused between repetitions, as a training loop or the
+benchmark reuses its arrays, so short ones are measured in cache: that is
+the point of the curve (``network.py`` explains why one β is not enough).
 The result goes where ``comm.load_network_model()`` looks
 (``$MINIDIST_NETWORK`` or ``~/.cache/minidist/network.json``), with the raw
 measurements, so ``LocalCluster`` and ``comm.cost`` price messages as this
@@ -27,38 +37,64 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from minidist.comm.network import NetworkModel, network_model_path, save_network_model
 
-SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]  # 8 B, 32 B, ..., 32 MiB, 64 MiB
+SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
+CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
 
 
-def _one_way_times(mpi_comm, exchange: bool, repeats: int = 15) -> dict[int, float]:  # noqa: ANN001
-    """Median one-way time per size: ping-pong (half a round trip) or a Sendrecv exchange."""
+def timed(mpi_comm, call: Callable[[], None], repeats: int,  # noqa: ANN001
+          prepare: Callable[[], None] | None = None) -> float:
+    """Median over ``repeats`` calls of the slowest rank's time, each call after a barrier.
+
+    Exactly how the benchmark times an allreduce, so that what the fit
+    measures (waking up, skew between the ranks) is what the model predicts.
+    ``prepare()`` runs before each call, untimed.
+    """
+    from mpi4py import MPI
+
+    call()  # warm-up
+    mine = np.empty(repeats)
+    for k in range(repeats):
+        if prepare is not None:
+            prepare()
+        mpi_comm.Barrier()
+        start = time.perf_counter()
+        call()
+        mine[k] = time.perf_counter() - start
+    slowest = np.empty_like(mine)
+    mpi_comm.Allreduce(mine, slowest, op=MPI.MAX)
+    return float(np.median(slowest))
+
+
+def message_times(mpi_comm, exchange: bool, repeats: int = 25) -> dict[int, float]:  # noqa: ANN001
+    """Per size: one Sendrecv exchange, or one way of a ping-pong (half the round trip)."""
     rank, peer = mpi_comm.Get_rank(), 1 - mpi_comm.Get_rank()
     times = {}
     for nbytes in SIZES:
         send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-        inner = max(1, min(200, (1 << 22) // nbytes))  # batch tiny messages
-        samples = []
-        for _ in range(repeats + 2):
-            mpi_comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(inner):
-                if exchange:
-                    mpi_comm.Sendrecv(send, peer, 0, recv, peer, 0)
-                elif rank == 0:
-                    mpi_comm.Send(send, peer, 0)
-                    mpi_comm.Recv(recv, peer, 0)
-                else:
-                    mpi_comm.Recv(recv, peer, 0)
-                    mpi_comm.Send(send, peer, 0)
-            elapsed = (time.perf_counter() - start) / inner
-            samples.append(elapsed if exchange else elapsed / 2)
-        times[nbytes] = float(np.median(samples[2:]))
+        if exchange:
+            def call(send: np.ndarray = send, recv: np.ndarray = recv) -> None:
+                mpi_comm.Sendrecv(send, peer, 0, recv, peer, 0)
+        else:
+            def call(send: np.ndarray = send, recv: np.ndarray = recv) -> None:
+                for turn in (0, 1):
+                    if rank == turn:
+                        mpi_comm.Send(send, peer, 0)
+                    else:
+                        mpi_comm.Recv(recv, peer, 0)
+        # an allreduce sends what the CPU has just written (the caller's vector, the
+        # partial sum it just added); those bytes sit modified in the sender's own
+        # cache, and the copy to the other rank is slower than from clean memory
+        # (1.7x for 256 KiB-1 MiB here), so each send buffer is rewritten first
+        times[nbytes] = timed(mpi_comm, call, repeats, partial(np.add, send, 1, out=send)) / (
+            1 if exchange else 2)
     return times
 
 
@@ -69,29 +105,48 @@ def slope(times: dict[int, float], smallest: int = 1 << 20) -> float:
     return float(np.polyfit(sizes, seconds, 1)[0])
 
 
-def measure_gamma(nbytes: int = 64 << 20, repeats: int = 9) -> float:
-    """Seconds per byte of ``np.add(acc, incoming, out=acc)`` on float32, out of cache."""
-    acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.add(acc, incoming, out=acc)
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples)) / nbytes
+def add_times(mpi_comm, repeats: int = 25) -> dict[int, float]:  # noqa: ANN001
+    """Per size in bytes: ``np.add(acc, incoming, out=acc)`` on float32, on both ranks."""
+    times = {}
+    for nbytes in SIZES:
+        if nbytes >= CURVE_FROM:
+            acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+            times[nbytes] = timed(mpi_comm, lambda a=acc, b=incoming: np.add(a, b, out=a),
+                                  repeats)
+    return times
+
+
+def library_latency(mpi_comm, repeats: int = 200) -> float:  # noqa: ANN001
+    """Seconds of one exchange of 4 bytes through ``comm.allreduce`` (no check)."""
+    from minidist.comm.allreduce import allreduce
+    from minidist.comm.mpi_transport import MPICommunicator
+
+    c = MPICommunicator(mpi_comm)
+    one, out = np.ones(1, np.float32), np.empty(1, np.float32)
+    return timed(mpi_comm, lambda: allreduce(one, c, "sum", "recursive_doubling", out=out,
+                                             check=False), repeats)
 
 
 def fit(mpi_comm) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
     """Run the measurements on 2 ranks; rank 0 gets the model and the raw numbers."""
-    ping_pong = _one_way_times(mpi_comm, exchange=False)
-    exchange = _one_way_times(mpi_comm, exchange=True)
-    gamma = measure_gamma() if mpi_comm.Get_rank() == 0 else 0.0
+    ping_pong = message_times(mpi_comm, exchange=False)
+    exchange = message_times(mpi_comm, exchange=True)
+    adding = add_times(mpi_comm)
+    alpha = library_latency(mpi_comm)
     if mpi_comm.Get_rank() != 0:
         return None
-    model = NetworkModel(alpha=ping_pong[8], beta=slope(exchange), gamma=gamma)
+    alpha_mpi = ping_pong[8]
+    curve = tuple((n, max(0.0, exchange[n] - alpha_mpi) / n, adding[n] / n)
+                  for n in SIZES if n >= CURVE_FROM)
+    largest = max(adding)
+    model = NetworkModel(alpha=alpha, beta=slope(exchange), gamma=adding[largest] / largest,
+                         curve=curve)
     notes = {"host": platform.node(), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "load_average": os.getloadavg()[0], "alpha_mpi": alpha_mpi,
              "beta_ping_pong": slope(ping_pong),
              "ping_pong_one_way_s": {str(k): v for k, v in ping_pong.items()},
-             "exchange_s": {str(k): v for k, v in exchange.items()}}
+             "exchange_s": {str(k): v for k, v in exchange.items()},
+             "add_s": {str(k): v for k, v in adding.items()}}
     return model, notes
 
 
@@ -116,10 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     if result is None:
         return 0
     model, notes = result
-    print(f"alpha = {model.alpha:.3e} s (one-way 8 B)")
-    print(f"beta  = {model.beta:.3e} s/B ({1e-9 / model.beta:.2f} GB/s exchanging; "
+    print(f"alpha = {model.alpha:.3e} s (an exchange through minidist; MPI's own one-way "
+          f"8 B: {notes['alpha_mpi']:.3e} s); load average {notes['load_average']:.1f}")
+    print(f"beta  = {model.beta:.3e} s/B ({1e-9 / model.beta:.2f} GB/s exchanging >= 1 MiB; "
           f"ping-pong {1e-9 / notes['beta_ping_pong']:.2f} GB/s)")
-    print(f"gamma = {model.gamma:.3e} s/B ({1e-9 / model.gamma:.2f} GB/s np.add)")
+    print(f"gamma = {model.gamma:.3e} s/B ({1e-9 / model.gamma:.2f} GB/s np.add, largest size)")
+    print(f"{'bytes':>10} {'exchange GB/s':>14} {'np.add GB/s':>12}")
+    for nbytes, beta, gamma in model.curve:
+        print(f"{nbytes:>10} {1e-9 / beta if beta else float('inf'):14.2f} "
+              f"{1e-9 / gamma:12.2f}")
     if not args.dry_run:
         print(f"saved to {save_network_model(model, args.out, **notes)}")
     return 0

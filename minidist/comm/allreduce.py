@@ -12,7 +12,7 @@ algorithm          message latencies    bytes sent per rank   fan-in
 naive (master)     2(P-1) at rank 0     (P-1)N at rank 0      P-1
 ps (sharded)       2(P-1)               2(P-1)/P N            P-1
 ring               2(P-1)               2(P-1)/P N            1
-tree               2 log2 P             up to 3N              2
+tree               2 log2 P (1 at P=2)  up to 3N              2
 double_tree        2 log2 P             up to 2N              2
 recursive_doubling log2 P (+2)          N log2 P              1
 mpi                MPI's own choice
@@ -43,7 +43,11 @@ from minidist.comm.allreduce_doubling import recursive_doubling_allreduce
 from minidist.comm.allreduce_ring import ring_allreduce
 from minidist.comm.allreduce_tree import double_tree_allreduce, tree_allreduce
 from minidist.comm.communicator import Communicator
-from minidist.comm.consistency import SMALL_BYTES, check_same_everywhere, checked_small_allreduce
+from minidist.comm.consistency import (
+    check_same_everywhere,
+    checked_small_allreduce,
+    rides_with_check,
+)
 
 
 def mpi_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) -> None:
@@ -90,18 +94,16 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     mismatch may then hang instead of raising (all ranks must pass the same
     ``check``).
     """
-    if algorithm not in ALGORITHMS:
+    run = ALGORITHMS.get(algorithm)
+    if run is None:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
                          f"use one of {list(ALGORITHMS)}")
     if not isinstance(arr, np.ndarray):
         arr = np.asarray(arr)
-    code = _ALGORITHM_CODES[algorithm]
-    small = check and c.size > 1 and algorithm == "recursive_doubling" \
-        and arr.nbytes <= SMALL_BYTES
-    if not small:
-        check_same_everywhere(c, "allreduce", arr.dtype, op, check, length=arr.size,
-                              algorithm=code)
-    src = arr.reshape(-1) if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(-1)
+    if not arr.flags.c_contiguous:
+        src = np.ascontiguousarray(arr).reshape(-1)
+    else:  # the algorithms see 1-D arrays (a view: no copy)
+        src = arr if arr.ndim == 1 else arr.reshape(-1)
     if out is None:
         result = np.empty_like(src)
     elif out.shape != arr.shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
@@ -109,11 +111,21 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     elif out is arr:
         result = src  # in place: the algorithms see one buffer
     else:
-        result = out.reshape(-1)
-        if np.may_share_memory(result, src):
+        result = out if out.ndim == 1 else out.reshape(-1)
+        # two arrays that own their memory cannot overlap (np.may_share_memory costs ~0.5 µs)
+        if (out.base is not None or arr.base is not None) and np.may_share_memory(result, src):
             raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")
-    if small:  # the check and the data in the same packets (see consistency.py)
-        checked_small_allreduce(src, result, c, op, length=arr.size, algorithm=code)
-    elif src.size:
-        ALGORITHMS[algorithm](src, result, c, op)
+    code = _ALGORITHM_CODES[algorithm]
+    if check and rides_with_check(algorithm, c.size, src.nbytes):
+        # the check and the data in the same packets (see consistency.py)
+        checked_small_allreduce(src, result, c, op, length=src.size, algorithm=code)
+    else:
+        check_same_everywhere(c, "allreduce", src.dtype, op, check, length=src.size,
+                              algorithm=code)
+        if src.size:
+            c.price_as_part_of(src.nbytes)  # a modelled clock prices at the vector's size
+            try:
+                run(src, result, c, op)
+            finally:
+                c.price_as_part_of(None)
     return out if out is not None else result.reshape(arr.shape)

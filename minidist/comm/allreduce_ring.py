@@ -25,8 +25,9 @@ needs a scratch buffer. ``segment_bytes`` cuts each chunk into pieces sent
 one after the other, which pays where a network card moves the bytes while
 the CPU adds the previous piece. On one host MPI's shared memory is copied
 by the CPUs themselves, and fewer, larger messages won: at P = 2 on the
-course's 2-core machine a 64 MiB ring took 47 ms unsegmented, 70 ms in
-4 MiB pieces and 100 ms in 256 KiB pieces. So by default a chunk is one
+course's 2-core machine a 64 MiB ring took 13.0 ms unsegmented, 13.5 ms in
+4 MiB pieces and 14.9 ms in 256 KiB pieces when the machine was quiet
+(47, 70 and 100 ms under a heavy load). So by default a chunk is one
 message.
 """
 
@@ -72,7 +73,7 @@ def ring_reduce_scatter(src: np.ndarray, out: np.ndarray, c: Communicator, op: s
     rank, p = c.rank, c.size
     right, left = (rank + 1) % p, (rank - 1) % p
     count = segment_count(bounds, segment)
-    scratch = np.empty(-(-max(hi - lo for lo, hi in bounds) // count), out.dtype) \
+    scratch = c.scratch(-(-max(hi - lo for lo, hi in bounds) // count), out.dtype) \
         if out is src else None
     for step in range(p - 1):
         sending = src if step == 0 else out

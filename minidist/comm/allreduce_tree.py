@@ -20,15 +20,19 @@ ranks: every rank is interior in at most one tree, and the load evens out.
 
 Same bits on every rank: each element is reduced once, at the root of its
 tree (in the fixed order own, left child, right child) and then broadcast.
+(With two ranks the single tree is one edge, and ``tree_allreduce`` swaps
+the vectors across it instead: see there.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
+from minidist.comm.allreduce_doubling import recursive_doubling_allreduce
 from minidist.comm.allreduce_ring import pieces
 from minidist.comm.communicator import Communicator, Request
 
@@ -78,19 +82,26 @@ def mirrored_tree(tree: Tree) -> Tree:
 
 
 def reduce_segment(c: Communicator, op: str, tree: Tree, src: np.ndarray, out: np.ndarray,
-                   scratch: np.ndarray, tag: int) -> list[Request]:
-    """One segment up the tree: reduce own + children into ``out``, start passing it up."""
+                   scratch: np.ndarray | None, tag: int) -> list[Request]:
+    """One segment up the tree: reduce own + children into ``out``, start passing it up.
+
+    The first child's partial sum lands straight in ``out`` and my own is
+    combined into it from ``src`` (own first: no copy of ``src``); the
+    second child's lands in ``scratch``.
+    """
     rank = c.rank
     if not tree.children[rank] and tree.parent[rank] >= 0:
         # communication: a leaf's own segment, straight to its parent
         return [c.isend(src, tree.parent[rank], tag)]
-    if out is not src:
-        out[...] = src
-    for child in tree.children[rank]:
-        incoming = scratch[: len(out)]
+    for k, child in enumerate(tree.children[rank]):
+        first = k == 0 and out is not src
+        incoming = out if first else scratch[: len(out)]
         # communication: the child's partial sum of this segment (its whole subtree)
         c.recv(incoming, child, tag)
-        c.combine(op, out, incoming)
+        if first:
+            c.combine(op, out, src, incoming_first=True)
+        else:
+            c.combine(op, out, incoming)
     if tree.parent[rank] < 0:
         return []
     # communication: my subtree's partial sum of this segment to my parent
@@ -107,47 +118,62 @@ def broadcast_segment(c: Communicator, tree: Tree, out: np.ndarray, tag: int) ->
     return [c.isend(out, child, tag) for child in tree.children[rank]]
 
 
+class Plan(NamedTuple):
+    """One rank's part of a trees allreduce: the segments ``(tree, lo, hi)`` in its order."""
+
+    up: tuple[tuple[int, int, int], ...]  # reduce phase
+    down: tuple[tuple[int, int, int], ...]  # broadcast phase
+    scratch: int  # items of the buffer that receives children's segments (0 for a leaf)
+
+
+@lru_cache(maxsize=1024)
+def plan(trees: tuple[Tree, ...], rank: int, n: int, segment: int) -> Plan:
+    """Cut ``n`` items into one part per tree and each part into segments of at most
+    ``segment`` items; order them for ``rank`` (cached: it depends only on the sizes).
+
+    Within a segment, a rank works first on the trees where it is a leaf
+    going up (those sends wait for nothing) and last going down (that
+    receive holds up nobody), so that being busy in one tree holds up the
+    other tree as little as possible.
+    """
+    parts = pieces(0, n, len(trees))
+    count = [max(1, -(-(hi - lo) // segment)) for lo, hi in parts]
+    work = [pieces(lo, hi, k) for (lo, hi), k in zip(parts, count, strict=True)]
+    leaf_first = sorted(range(len(trees)), key=lambda t: bool(trees[t].children[rank]))
+    leaf_last = sorted(range(len(trees)), key=lambda t: not trees[t].children[rank])
+    up = tuple((t, *work[t][k]) for k in range(max(count)) for t in leaf_first if k < count[t])
+    down = tuple((t, *work[t][k]) for k in range(max(count)) for t in leaf_last if k < count[t])
+    interior = any(tree.children[rank] for tree in trees)
+    return Plan(up, down, min(segment, n) if interior else 0)
+
+
 def trees_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str,
-                    trees: list[Tree], segment_bytes: int) -> None:
+                    trees: list[Tree] | tuple[Tree, ...], segment_bytes: int) -> None:
     """Reduce + broadcast part t of the vector along ``trees[t]``, segments interleaved.
 
     Sends are non-blocking, so a rank's outgoing link works while it
     receives and adds the next segment; receives block, since the data is
-    needed at once. Within a segment, a rank works first on the trees where
-    it is a leaf going up (its sends depend on nothing) and last going down
-    (its receive feeds nobody), so that being busy in one tree holds up
-    the other tree as little as possible.
+    needed at once. The order of the segments is :func:`plan`'s.
     """
     if c.size == 1:
         if out is not src:
             out[...] = src
         return
-    segment = max(1, segment_bytes // src.itemsize)
-    parts = pieces(0, len(src), len(trees))
-    count = [max(1, -(-(hi - lo) // segment)) for lo, hi in parts]
-    work = [pieces(lo, hi, n) for (lo, hi), n in zip(parts, count, strict=True)]
-    scratch = np.empty(min(segment, len(src)), src.dtype)
-    # within a segment, first the trees where I am a leaf going up (those sends wait for
-    # nothing), last going down (that receive holds up nobody)
-    leaf_first = sorted(range(len(trees)), key=lambda t: bool(trees[t].children[c.rank]))
-    leaf_last = sorted(range(len(trees)), key=lambda t: not trees[t].children[c.rank])
+    trees = tuple(trees)
+    todo = plan(trees, c.rank, len(src), max(1, segment_bytes // src.itemsize))
+    scratch = c.scratch(todo.scratch, src.dtype) if todo.scratch else None
     # 1. reduce: segment by segment, each tree in turn, up to the roots
     sending = []
-    for k in range(max(count)):
-        for t in leaf_first:
-            if k < count[t]:
-                lo, hi = work[t][k]
-                sending += reduce_segment(c, op, trees[t], src[lo:hi], out[lo:hi], scratch,
-                                          TAG + t)
+    for t, lo, hi in todo.up:
+        segment = out[lo:hi]
+        own = segment if src is out else src[lo:hi]  # one object when in place
+        sending += reduce_segment(c, op, trees[t], own, segment, scratch, TAG + t)
     for request in sending:  # the broadcast will overwrite these segments
         request.wait()
     # 2. broadcast: the same segments down from the roots
     sending = []
-    for k in range(max(count)):
-        for t in leaf_last:
-            if k < count[t]:
-                lo, hi = work[t][k]
-                sending += broadcast_segment(c, trees[t], out[lo:hi], TAG + t)
+    for t, lo, hi in todo.down:
+        sending += broadcast_segment(c, trees[t], out[lo:hi], TAG + t)
     for request in sending:
         request.wait()
 
@@ -163,7 +189,15 @@ def tree_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str,
     pipeline, then per segment two messages on the busiest link each way:
     ``(2D + 4S)(alpha + beta N/S) + 2 gamma N`` roughly
     (``cost.tree_cost`` steps the pipeline exactly).
+
+    Two ranks make a tree of one edge: reducing up it, then broadcasting back
+    down, would cross it twice in turn. Both ends swap their vectors and
+    both reduce instead (rank 0's first, so the bits agree): one exchange,
+    the same bytes and half the latency, which is recursive doubling at P = 2.
     """
+    if c.size == 2:
+        recursive_doubling_allreduce(src, out, c, op)
+        return
     trees_allreduce(src, out, c, op, [inorder_tree(c.size)], segment_bytes)
 
 

@@ -9,10 +9,16 @@ receive fills the array it is given (no pickling on a hot path).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
+from minidist.comm.ops import reduce_into
 from minidist.comm.stats import CommStats
+
+T = TypeVar("T")
+SCRATCH_KEPT_FROM = 1 << 16  # bytes: scratch() keeps buffers from this size up
 
 
 class Request(ABC):
@@ -66,14 +72,54 @@ class Communicator(ABC):
     def split(self, color: int, key: int = 0) -> Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
 
-    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray) -> None:
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
+                incoming_first: bool = False) -> None:
         """``acc = op(acc, incoming)`` in place: the local reduction step of a collective.
 
-        Transports that model time charge gamma per byte reduced here.
+        ``incoming_first=True`` computes ``op(incoming, acc)`` instead: the
+        same number unless the order matters, as for ``max(+0.0, -0.0)``,
+        so that every rank can put the same operand first. The collective
+        has already checked ``op`` and the dtype (once, not at every step):
+        this is one ufunc call. Transports that model time charge gamma per
+        byte reduced here.
         """
-        from minidist.comm.ops import apply_op
+        reduce_into(op, acc, incoming, incoming_first)
 
-        apply_op(op, acc, incoming)
+    def kept(self, key: object, make: Callable[[], T]) -> T:
+        """An object this communicator keeps between calls, made by ``make()`` on first use.
+
+        Collectives keep their preallocated buffers here, so that a short
+        call allocates nothing. Each communicator has its own (a communicator
+        made by ``split`` too), so two threads on two communicators never
+        share a buffer.
+        """
+        store = self.__dict__.setdefault("_kept", {})
+        found = store.get(key)
+        if found is None:
+            found = store[key] = make()
+        return found
+
+    def scratch(self, n: int, dtype: np.dtype) -> np.ndarray:
+        """``n`` items of ``dtype`` for a collective's temporary use (receiving, mostly).
+
+        Long ones come from one buffer that this communicator keeps and
+        grows to the largest request: a fresh array of many MiB costs a page
+        fault per page on first touch, on every call (16 MiB took 5 ms
+        instead of 1 ms on the course machine). One collective at a time
+        may hold it; the next call gets the same memory.
+        """
+        nbytes = n * np.dtype(dtype).itemsize
+        if nbytes < SCRATCH_KEPT_FROM:  # numpy's own cache serves short arrays fast
+            return np.empty(n, dtype)
+        kept = self.kept("scratch", lambda: [np.empty(0, np.uint8)])
+        if kept[0].nbytes < nbytes:
+            kept[0] = np.empty(nbytes, np.uint8)
+        return kept[0][:nbytes].view(dtype)
+
+    def price_as_part_of(self, nbytes: int | None) -> None:  # noqa: B027 (a hook)
+        """Messages from now on belong to a collective on an ``nbytes`` vector (None: to
+        nothing). Transports that model time price them at that size
+        (``NetworkModel.at``); real ones have nothing to do."""
 
     def compute(self, seconds: float) -> None:  # noqa: B027 (a hook, empty on purpose)
         """Account ``seconds`` of local work: a modelled clock advances; real time needs nothing."""

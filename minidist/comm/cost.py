@@ -1,17 +1,19 @@
 """The cost model: what each allreduce should cost, before running it.
 
 Three numbers price everything (``network.py``): a message of n bytes takes
-``m(n) = alpha + beta·n`` seconds, reducing n bytes ``gamma·n``. With P
-ranks and an N-byte vector cut into chunks of ``c = ceil(N/P)`` bytes:
+``m(n) = alpha + beta·n`` seconds, reducing n bytes ``r(n) = gamma·n``. On
+a real machine β and γ depend on n (a fitted curve, see ``network.py``):
+the formulas below keep their shape, each message priced at its own size.
+With P ranks and an N-byte vector cut into chunks of ``c = ceil(N/P)`` bytes:
 
 =================== ======================================= ===========================
 algorithm           time                                    bytes sent per rank
 =================== ======================================= ===========================
-naive               (P-1)(2 m(N) + gamma N)                 (P-1)N at rank 0, N others
-ps                  (P-1)(2 m(c) + gamma c)                 about 2(P-1)/P N
-ring (S segments)   (P-1) S (2 m(c/S) + gamma c/S)          about 2(P-1)/P N
-recursive_doubling  L (m(N) + gamma N) [+ 2 m(N) + gamma N] N per round, L = log2 P'
-tree (S segments)   ~ (2D + 4S) m(N/S) + 2 gamma N          up to 3N
+naive               (P-1)(2 m(N) + r(N))                    (P-1)N at rank 0, N others
+ps                  (P-1)(2 m(c) + r(c))                    about 2(P-1)/P N
+ring (S segments)   (P-1) S (2 m(c/S) + r(c/S))             about 2(P-1)/P N
+recursive_doubling  L (m(N) + r(N)) [+ 2 m(N) + r(N)]       N per round, L = log2 P'
+tree (S segments)   ~ (2D + 4S) m(N/S) + 2 S r(N/S)         up to 3N
 double_tree         stepped through both trees              up to 2N
 =================== ======================================= ===========================
 
@@ -35,7 +37,7 @@ from minidist.comm.allreduce_ring import SEGMENT_BYTES as RING_SEGMENT_BYTES
 from minidist.comm.allreduce_ring import chunk_bounds, pieces
 from minidist.comm.allreduce_tree import SEGMENT_BYTES as TREE_SEGMENT_BYTES
 from minidist.comm.allreduce_tree import Tree, inorder_tree, mirrored_tree
-from minidist.comm.consistency import PACKET_BYTES, SMALL_BYTES
+from minidist.comm.consistency import PACKET_BYTES, rides_with_check
 from minidist.comm.network import NetworkModel
 
 
@@ -224,7 +226,12 @@ def _post_order(tree: Tree) -> list[int]:
 
 def tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel,
               segment_bytes: int = TREE_SEGMENT_BYTES) -> Cost:
-    """One in-order binary tree, depth D: about ``2D + 3S`` message times for S segments."""
+    """One in-order binary tree, depth D: about ``2D + 3S`` message times for S segments;
+    at P = 2 one exchange (``tree_allreduce``)."""
+    if p == 2:
+        cost = recursive_doubling_cost(p, nbytes, itemsize, net)
+        cost.algorithm = "tree"
+        return cost
     return _trees_cost("tree", p, nbytes, itemsize, net, [inorder_tree(p)], segment_bytes)
 
 
@@ -247,12 +254,17 @@ def mpich_time(p: int, nbytes: int, net: NetworkModel) -> float:
     """A model of MPICH's own Allreduce: the cheaper of recursive doubling and Rabenseifner.
 
     Rabenseifner = reduce-scatter by recursive halving + allgather by
-    recursive doubling: ``2 log2 P alpha + 2(P-1)/P N beta + (P-1)/P N gamma``.
+    recursive doubling over ``P' = 2^floor(log2 P)`` ranks: in step k of
+    each phase a rank exchanges ``N/2^k`` bytes, so with one β
+    ``2 log2 P' alpha + 2(P'-1)/P' N beta + (P'-1)/P' N gamma``.
     """
     if p == 1 or nbytes == 0:
         return 0.0
-    share = (p - 1) / p * nbytes
-    rabenseifner = 2 * (p.bit_length() - 1) * net.alpha + 2 * share * net.beta + share * net.gamma
+    net = net.at(nbytes)
+    rabenseifner, share = 0.0, float(nbytes)
+    for _ in range(p.bit_length() - 1):
+        share /= 2
+        rabenseifner += 2 * net.message_time(share) + net.reduce_time(share)
     return min(recursive_doubling_cost(p, nbytes, 1, net).time, rabenseifner)
 
 
@@ -265,15 +277,15 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
     """The agreement check of ``allreduce(check=True)`` (see ``consistency.py``).
 
     A recursive-doubling allreduce of one packet, ``PACKET_BYTES`` (the max of
-    its header is not charged as reduction); for a recursive-doubling
-    allreduce of at most ``SMALL_BYTES`` the data rides in the packet, and
-    this is the whole cost of the call.
+    its header is not charged as reduction); when the data rides in the
+    packet (``consistency.rides_with_check``: a short recursive-doubling
+    allreduce, or a short tree one on two ranks), this is the whole cost.
     """
     if p == 1:
         return _empty("check", p, PACKET_BYTES)
-    small = algorithm == "recursive_doubling" and nbytes <= SMALL_BYTES
+    small = rides_with_check(algorithm, p, nbytes)
     cost = recursive_doubling_cost(p, PACKET_BYTES, 1, net, nbytes if small else 0)
-    cost.algorithm = "check + recursive_doubling" if small else "check"
+    cost.algorithm = f"check + {algorithm}" if small else "check"
     return cost
 
 
@@ -298,7 +310,8 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     if world_size == 1 or nbytes == 0:
         cost = _empty(algorithm, world_size, nbytes)
     else:
-        cost = MODELS[algorithm](world_size, nbytes, itemsize, network)
+        # every message of the collective priced at the vector's size (NetworkModel.at)
+        cost = MODELS[algorithm](world_size, nbytes, itemsize, network.at(nbytes))
     if not check or world_size == 1:
         return cost
     header = check_cost(world_size, nbytes, network, algorithm)

@@ -35,6 +35,11 @@ an incoming link. With ``m(n) = alpha + beta · n`` for an n-byte message:
    found at entry; it sends nothing and costs nothing else.
    ``split()`` is free.
 
+With a bandwidth curve (``network.py``), β and γ depend on size: inside
+``comm.allreduce`` on an N-byte vector every message and reduction is
+priced with ``network.at(N)`` (``price_as_part_of``), elsewhere at its own
+size; the cost model prices alike, so clock and model still agree exactly.
+
 Hence: one message arrives at m(n); a chain of k messages takes k·m(n);
 a ring step with sendrecv takes m(n); a root receiving P-1 messages
 (P-1)·m(n); a binomial broadcast ceil(log2 P)·m(n).
@@ -66,7 +71,7 @@ from minidist.comm.communicator import Communicator, Request
 from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.local_fabric import Fabric, Message, PostedRecv, Wait
 from minidist.comm.network import NetworkModel
-from minidist.comm.ops import apply_op
+from minidist.comm.ops import reduce_into
 from minidist.comm.stats import LocalStats
 from minidist.comm.trace import trace_message
 
@@ -93,6 +98,12 @@ class RankState:
     stats: LocalStats = field(default_factory=LocalStats)
     calls: int = 0
     collective_calls: dict = field(default_factory=dict)  # (context, kind) -> count
+    pricing: NetworkModel | None = None  # network.at(N) inside a collective on N bytes
+
+    @property
+    def prices(self) -> NetworkModel:
+        """The model the clock uses now (``network``, or its flat version in a collective)."""
+        return self.network if self.pricing is None else self.pricing
 
 
 class LocalCommunicator(Communicator):
@@ -112,7 +123,7 @@ class LocalCommunicator(Communicator):
     # --- point to point ------------------------------------------------------------
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         self._enter("send", dest, tag, buf)
-        state, stats, net = self.state, self.state.stats, self.state.network
+        state, stats, net = self.state, self.state.stats, self.state.prices
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
         start, end = stats.seconds.start_send(net.message_time(buf.nbytes))
@@ -169,9 +180,13 @@ class LocalCommunicator(Communicator):
                                  (*self.context, "split", seq, color))
 
     # --- local work ------------------------------------------------------------------
-    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray) -> None:
-        apply_op(op, acc, incoming)
-        self.stats.seconds.now += self.state.network.reduce_time(acc.nbytes)
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
+                incoming_first: bool = False) -> None:
+        reduce_into(op, acc, incoming, incoming_first)
+        self.stats.seconds.now += self.state.prices.reduce_time(acc.nbytes)
+
+    def price_as_part_of(self, nbytes: int | None) -> None:
+        self.state.pricing = None if nbytes is None else self.state.network.at(nbytes)
 
     def compute(self, seconds: float) -> None:
         """Account ``seconds`` of local computation on the virtual clock."""
@@ -258,7 +273,7 @@ class _RecvRequest(Request):
             raise ValueError(f"rank {self.comm.rank}: {self.wait_for.what}: message is "
                              f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
         buf.reshape(-1)[...] = data.reshape(-1)
-        stats, net = self.comm.stats, self.comm.state.network
+        stats, net = self.comm.stats, self.comm.state.prices
         stats.seconds.finish_recv(message.start, self.posted_at[0],
                                   net.message_time(data.nbytes))
         stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
