@@ -63,6 +63,8 @@ def show(rows: list[dict], size: int, n: int) -> None:
         if row["rounds"] >= 0:
             line += (f"; rounds {row['rounds']} | {row['model_rounds']}; time "
                      f"{row['clock'] * 1e6:.1f} | {row['model_time'] * 1e6:.1f} us")
+        else:  # MPI counts messages and bytes; rounds come from the model alone
+            line += f"; rounds (model) {row['model_rounds']}"
         print(line)
 
 

@@ -1,0 +1,63 @@
+"""Every benchmark runs end to end on a tiny problem and prints its table (no timing asserted:
+speed targets live in the benchmarks' own output, measured against a peer in the same run)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+       "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+
+
+def run(module: str, *args: str, env: dict | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=240, env=env or ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.timeout(250)
+def test_autograd_benchmark_prints_both_libraries_or_minidist_alone():
+    out = run("minidist.bench.autograd", "--sizes", "32,16,4", "--batch", "8", "--steps", "3",
+              "--warmup", "1")
+    assert "minidist" in out and "us/op" in out
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(250)
+def test_allreduce_benchmark_launches_itself_and_writes_csv_and_plot(tmp_path):
+    csv, png = tmp_path / "allreduce.csv", tmp_path / "allreduce.png"
+    out = run("minidist.bench.allreduce", "-n", "2", "--sizes", "8,4K", "--iters", "3",
+              "--warmup", "1", "--csv", str(csv), "--plot", str(png))
+    for algorithm in ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling"):
+        assert algorithm in out
+    assert "busbw" in out and "target" in out
+    assert csv.read_text().count("\n") >= 2 * 7 and png.stat().st_size > 0
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(250)
+def test_fit_measures_and_saves_a_network_model(tmp_path):
+    path = tmp_path / "network.json"
+    run("minidist.bench.fit", "--out", str(path))
+    from minidist.comm.network import load_network_model
+
+    model = load_network_model(path)
+    assert 0 < model.alpha < 1e-2 and 0 < model.beta < 1e-6 and 0 < model.gamma < 1e-6
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(250)
+def test_ddp_benchmark_reports_buckets_scaling_and_a_straggler():
+    out = run("minidist.bench.ddp", "--ranks", "2", "--steps", "2", "--warmup", "1",
+              "--rounds", "1", "--depth", "4", "--width", "16", "--small-batch", "8",
+              "--sizes", "32,16,4", "--batch", "16")
+    assert "one bucket" in out and "efficiency" in out and "straggler" in out
+
+
+@pytest.mark.timeout(250)
+def test_glove_benchmark_reports_throughput_hogwild_and_memory():
+    out = run("minidist.bench.glove", "--dims", "8", "--epochs", "1", "--rounds", "1")
+    assert "records" in out and "speedup" in out and "peak RSS" in out
