@@ -7,18 +7,8 @@ import numpy as np
 import pytest
 
 import minidist as md
+from minidist.data.cooccur import zipf_cooccurrence as random_cooccurrence
 from minidist.models import glove
-
-
-def random_cooccurrence(vocab_size: int, nnz: int, seed: int = 0):
-    """Distinct (i, j) pairs with Zipf-like word frequencies and counts spanning x_max."""
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, vocab_size + 1)
-    p /= p.sum()
-    key = np.unique(rng.choice(vocab_size, nnz, p=p) * vocab_size
-                    + rng.choice(vocab_size, nnz, p=p))
-    val = rng.gamma(0.5, 40.0, len(key)) + 0.25
-    return key // vocab_size, key % vocab_size, val
 
 
 def reference_epoch(model: glove.GloVe, records: glove.Records, eta: float = 0.05) -> float:

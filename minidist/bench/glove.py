@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from minidist.data.cooccur import zipf_cooccurrence
 from minidist.models import glove
 from minidist.parallel.hogwild import train_hogwild
 
@@ -43,13 +44,7 @@ TEXT8_VOCAB = 71_290  # words seen >= 5 times in text8
 def zipf_records(vocab_size: int = TEXT8_VOCAB, draws: int = 3_000_000,
                  seed: int = 0) -> glove.Records:
     """Distinct (i, j) pairs with Zipfian word ids and a wide range of counts."""
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, vocab_size + 1)
-    p /= p.sum()
-    key = np.unique(rng.choice(vocab_size, draws, p=p) * vocab_size
-                    + rng.choice(vocab_size, draws, p=p))
-    val = rng.gamma(0.5, 20.0, len(key)) + 0.25
-    return glove.Records.from_counts(key // vocab_size, key % vocab_size, val)
+    return glove.Records.from_counts(*zipf_cooccurrence(vocab_size, draws, seed, 20.0))
 
 
 def synthetic_records(seed: int = 0) -> tuple[glove.Records, int]:

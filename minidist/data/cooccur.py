@@ -223,6 +223,19 @@ def count_cooccurrences(source: CorpusSource, vocab: Vocabulary, window: int = 1
     return Cooccurrence(row, col, vals, np.asarray(vocab.words, dtype=str), vocab.counts.copy())
 
 
+def zipf_cooccurrence(vocab_size: int, draws: int, seed: int = 0,
+                      count_scale: float = 40.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random distinct (i, j) pairs with Zipfian word ids and counts spread around x_max:
+    a stand-in for a corpus's co-occurrences in tests and benchmarks. ``(row, col, val)``."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab_size + 1)
+    p /= p.sum()
+    key = np.unique(rng.choice(vocab_size, draws, p=p) * vocab_size
+                    + rng.choice(vocab_size, draws, p=p))
+    val = rng.gamma(0.5, count_scale, len(key)) + 0.25
+    return key // vocab_size, key % vocab_size, val
+
+
 def mirror(row: np.ndarray, col: np.ndarray,
            vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The full symmetric matrix from its upper triangle: the triangle, then its mirror image.

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from minidist.comm.allreduce import ALGORITHMS, allreduce
+from minidist.data.cooccur import zipf_cooccurrence
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close, numerical_gradient
 from minidist.labkit.lab02 import run_ranks
@@ -64,13 +65,7 @@ def random_tables(vocab_size: int, dim: int, seed: int) -> tuple[np.ndarray, np.
 
 def random_counts(vocab_size: int, nnz: int, seed: int) -> glove.Records:
     """Records of distinct (i, j) pairs, Zipf-like word frequencies, counts around x_max."""
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, vocab_size + 1)
-    p /= p.sum()
-    key = np.unique(rng.choice(vocab_size, nnz, p=p) * vocab_size
-                    + rng.choice(vocab_size, nnz, p=p))
-    count = rng.gamma(0.5, 40.0, len(key)) + 0.25
-    return glove.Records.from_counts(key // vocab_size, key % vocab_size, count)
+    return glove.Records.from_counts(*zipf_cooccurrence(vocab_size, nnz, seed))
 
 
 def random_batch(vocab_size: int, batch_size: int, seed: int) -> glove.Records:
