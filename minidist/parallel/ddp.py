@@ -26,9 +26,10 @@ How :class:`DataParallel` makes step 2 fast, as PyTorch's DDP does:
   messages never mix with the user's. On one host, communication is the CPU
   copying memory (and MPI spinning while it waits): overlap pays off when
   each rank has a core to spare (``python -m minidist.bench.ddp`` shows it).
-- **End of backward**: a callback queued on the autograd engine sends the
-  buckets that never completed, waits for the thread, divides by P and
-  writes the averages back into ``p.grad``.
+- **End of backward**: a callback queued on the autograd engine waits for
+  the thread, reduces the buckets that were not complete before backward
+  ended (nothing is left to overlap them with, so no hand-over to the
+  thread), and writes the averages back into ``p.grad``.
 
 Buckets are launched strictly in bucket order on every rank (a complete
 bucket waits for the earlier ones): allreduces are matched by their order,
@@ -176,20 +177,21 @@ class DataParallel(Module):
     def _launch(self, k: int) -> None:
         if not self.overlap:
             return  # reduced in _finish, after backward
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._reduce_loop, daemon=True,
+        if self._worker is None:  # started once; it ends when the wrapper is collected
+            self._worker = threading.Thread(target=_serve, daemon=True,
+                                            args=(weakref.ref(self), self._queue),
                                             name=f"minidist-ddp-comm-{self.comm.rank}")
             self._worker.start()
+            weakref.finalize(self, self._queue.put, None)
         self._queue.put(k)
 
-    def _reduce_loop(self) -> None:
-        """The communication thread: allreduce queued buckets, first in first out."""
-        while (k := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    self._reduce(k, lane="comm")
-                except BaseException as err:  # re-raised on the training thread in _finish
-                    self._error = err
+    def _reduce_queued(self, k: int) -> None:
+        """On the communication thread: reduce bucket ``k``, keep an error for ``_finish``."""
+        if self._error is None:
+            try:
+                self._reduce(k, lane="comm")
+            except BaseException as err:  # re-raised on the training thread in _finish
+                self._error = err
 
     def _reduce(self, k: int, lane: str) -> None:
         bucket = self.buckets[k]
@@ -212,15 +214,14 @@ class DataParallel(Module):
         try:
             for bucket in self.buckets[self._next_bucket:]:
                 bucket.fill_missing()  # unused this step, or only accumulated under no_sync
-            self._launch_complete_buckets()
-            if not self.overlap:
-                for k in range(len(self.buckets)):
+            self._queue.join()  # every bucket given to the communication thread is done
+            # Buckets still here have no backward left to hide behind: reduce them on this
+            # thread (after the communication thread's, so the order stays the same).
+            for k in range(self._next_bucket if self.overlap else 0, len(self.buckets)):
+                if self._error is None:
                     self._reduce(k, lane="main")
-            elif self._worker is not None:
-                self._queue.put(None)  # the thread ends after the last bucket
-                self._worker.join()
         finally:  # whatever happened, the next backward starts afresh
-            self._worker, self._next_bucket, self._step_open = None, 0, False
+            self._next_bucket, self._step_open = 0, False
             for bucket in self.buckets:
                 bucket.ready.clear()
         waited = time.perf_counter() - backward_end
@@ -291,6 +292,17 @@ def _threads_allowed(comm: Communicator) -> bool:
     from mpi4py import MPI
 
     return MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+
+
+def _serve(ref: weakref.ref, jobs: queue.Queue) -> None:
+    """The communication thread: allreduce queued buckets, first in first out. It holds
+    the wrapper only weakly, and stops at ``None`` (queued when the wrapper is collected)."""
+    while (k := jobs.get()) is not None:
+        ddp = ref()
+        if ddp is not None:
+            ddp._reduce_queued(k)
+        del ddp
+        jobs.task_done()
 
 
 def _call(ref: weakref.ref, method: str, *args: Any) -> None:
