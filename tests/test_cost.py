@@ -7,12 +7,15 @@ for the segmented ring on uneven pieces, checked to 1%).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from minidist.comm import ALGORITHMS, LocalCluster, NetworkModel, allreduce, cost
 from minidist.comm.allreduce_ring import ring_allreduce
 from minidist.comm.allreduce_tree import double_tree_allreduce, tree_allreduce
+from minidist.comm.cost_mpich import FRESH_FROM, LocalPrices, load_local_prices, mpich_time
 
 NETWORK = NetworkModel(alpha=2e-6, beta=3e-10, gamma=7e-11)
 
@@ -103,8 +106,8 @@ def test_predict_rejects_nonsense() -> None:
         cost.predict("butterfly", 4, 64, 8, NETWORK)
     with pytest.raises(ValueError, match="whole number"):
         cost.predict("ring", 4, 63, 8, NETWORK)
-    assert cost.mpich_time(4, 1 << 20, NETWORK) <= cost.predict(
-        "recursive_doubling", 4, 1 << 20, 8, NETWORK).time
+    assert mpich_time(4, 1 << 20, NETWORK) <= cost.predict(
+        "recursive_doubling", 4, 1 << 20, 8, NETWORK).time + (1 << 20) * NETWORK.gamma
 
 
 CURVED = NetworkModel(2e-6, 3e-10, 7e-11, curve=((1024, 1e-10, 2e-11), (1 << 16, 2e-10, 5e-11),
@@ -144,3 +147,33 @@ def test_a_tree_on_two_ranks_is_one_exchange() -> None:
         assert_matches(measured, cost.predict("tree", 2, 8 * n, 8, NETWORK, check=True))
         assert measured["rounds"] == (1 if 8 * n <= 256 else 2)  # the check's exchange too
         assert measured["messages_sent"] == ([1, 1] if 8 * n <= 256 else [2, 2])
+
+
+def test_mpich_model_is_rabenseifner_plus_a_copy() -> None:
+    n = 1 << 20
+    half = n / 2  # P = 2: one exchange of N/2 reduced, one exchange of N/2 gathered
+    expected = n * NETWORK.gamma + 2 * NETWORK.message_time(half) + half * NETWORK.gamma
+    assert mpich_time(2, n, NETWORK) == pytest.approx(expected)
+    slow = LocalPrices(reduce=((n, 2 * NETWORK.gamma),), copy=((n, NETWORK.gamma),))
+    assert mpich_time(2, n, NETWORK, slow) == pytest.approx(expected + half * NETWORK.gamma)
+    assert mpich_time(1, n, NETWORK) == 0.0 and mpich_time(4, 0, NETWORK) == 0.0
+
+
+def test_mpich_model_charges_fresh_pages_only_for_long_vectors() -> None:
+    faulting = LocalPrices(page_fault=1e-10)
+    short, long = FRESH_FROM // 2, FRESH_FROM
+    assert mpich_time(2, short, NETWORK, faulting) == mpich_time(2, short, NETWORK)
+    # at P = 2 the temporary buffer receives half the vector
+    assert mpich_time(2, long, NETWORK, faulting) == pytest.approx(
+        mpich_time(2, long, NETWORK) + long / 2 * 1e-10)
+
+
+def test_mpich_prices_come_from_the_saved_fit(tmp_path) -> None:  # noqa: ANN001
+    saved = tmp_path / "network.json"
+    saved.write_text(json.dumps({"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10,
+                                 "mpi_reduce_s": {"1024": 2e-7, "256": 1e-7},
+                                 "copy_s": {"1024": 1e-7}, "page_fault_s_per_byte": 3e-10}))
+    prices = load_local_prices(str(saved))
+    assert prices.reduce == ((256, 1e-7 / 256), (1024, 2e-7 / 1024))
+    assert prices.copy == ((1024, 1e-7 / 1024),) and prices.page_fault == 3e-10
+    assert load_local_prices(str(tmp_path / "missing.json")) == LocalPrices()

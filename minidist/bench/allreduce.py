@@ -10,7 +10,8 @@ the table shows the median over calls. As in nccl-tests, ``algbw = bytes /
 time`` and ``busbw = algbw · 2(P-1)/P``: the bandwidth each link would need
 for a ring to take that long, comparable across P. Beside each measurement
 stands the α-β-γ model's prediction (``comm.cost``, with the network fit
-saved by ``python -m minidist.bench.fit``; MPI's by ``cost.mpich_time``).
+saved by ``python -m minidist.bench.fit``; MPI's by ``cost_mpich.mpich_time``,
+with MPI's own reduction and copy speeds from the same fit).
 The result goes into a preallocated array (``out=``), as MPI_Allreduce's
 receive buffer is, the input is rewritten before each call (untimed: a
 training step reduces a gradient it has just computed), and the agreement
@@ -34,6 +35,7 @@ import numpy as np
 from minidist.comm import cost
 from minidist.comm.allreduce import ALGORITHMS, allreduce
 from minidist.comm.communicator import Communicator
+from minidist.comm.cost_mpich import LocalPrices, load_local_prices, mpich_time
 from minidist.comm.network import NetworkModel, load_network_model
 
 RAW_MPI = "MPI_Allreduce"  # the baseline: mpi4py's Allreduce called directly, no minidist
@@ -93,17 +95,17 @@ def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype
 
 
 def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
-                   network: NetworkModel) -> float:
+                   network: NetworkModel, local: LocalPrices | None = None) -> float:
     """The model of what is timed: the algorithm plus the agreement check it runs."""
     if algorithm == RAW_MPI:
-        return cost.mpich_time(p, nbytes, network)
+        return mpich_time(p, nbytes, network, local)
     if algorithm == "mpi":
-        return cost.mpich_time(p, nbytes, network) + cost.check_cost(p, nbytes, network).time
+        return mpich_time(p, nbytes, network, local) + cost.check_cost(p, nbytes, network).time
     return cost.predict(algorithm, p, nbytes, itemsize, network, check=True).time
 
 
 def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtype, iters: int,
-        warmup: int, network: NetworkModel) -> list[dict]:
+        warmup: int, network: NetworkModel, local: LocalPrices | None = None) -> list[dict]:
     """Measure every (size, algorithm); rank 0 prints the table row by row."""
     p, rows = c.size, []
     if c.rank == 0:
@@ -116,7 +118,7 @@ def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtyp
     for nbytes in sizes:
         for algorithm in algorithms:
             seconds = time_allreduce(c, algorithm, nbytes, dtype, iters, warmup)
-            model = predicted_time(algorithm, p, nbytes, dtype.itemsize, network)
+            model = predicted_time(algorithm, p, nbytes, dtype.itemsize, network, local)
             algbw = nbytes / seconds / 1e9
             row = {"world_size": p, "bytes": nbytes, "algorithm": algorithm, "time_s": seconds,
                    "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (p - 1) / p,
@@ -239,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown algorithms {unknown}; choose from {[*ALGORITHMS, RAW_MPI]}")
     dtype = np.dtype(args.dtype)
-    rows = run(c, sizes, algorithms, dtype, args.iters, args.warmup, load_network_model())
+    rows = run(c, sizes, algorithms, dtype, args.iters, args.warmup, load_network_model(),
+               load_local_prices())
     if c.rank == 0:
         print("\n".join(targets(rows)))
         if args.csv:

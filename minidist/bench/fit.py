@@ -18,7 +18,9 @@
    over the sizes >= 1 MiB; the ping-pong curve is saved beside it.
 3. gamma(n): seconds per byte of an in-place ``np.add`` on float32 arrays
    of n bytes (what ``combine`` does), at the same sizes; the constant
-   ``gamma`` is that of the largest size.
+   ``gamma`` is that of the largest size. Beside it, for the model of MPI's
+   own Allreduce (``comm/cost_mpich.py``): MPI's reduction loop
+   (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and ``copy_s``.
 
 Buffers are reused between repetitions, as a training loop or the
 benchmark reuses its arrays, so short ones are measured in cache: that is
@@ -32,6 +34,7 @@ machine does.
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import platform
 import subprocess
@@ -105,33 +108,68 @@ def slope(times: dict[int, float], smallest: int = 1 << 20) -> float:
     return float(np.polyfit(sizes, seconds, 1)[0])
 
 
-def add_times(mpi_comm, repeats: int = 25) -> dict[int, float]:  # noqa: ANN001
-    """Per size in bytes: ``np.add(acc, incoming, out=acc)`` on float32, on both ranks."""
-    times = {}
-    for nbytes in SIZES:
-        if nbytes >= CURVE_FROM:
-            acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
-            times[nbytes] = timed(mpi_comm, lambda a=acc, b=incoming: np.add(a, b, out=a),
-                                  repeats)
+def local_times(mpi_comm, repeats: int = 25) -> dict[str, dict[int, float]]:  # noqa: ANN001
+    """Per size in bytes, on float32, on both ranks at once: the local work of a collective.
+
+    ``add``: ``np.add(acc, incoming, out=acc)``, what ``combine`` does (γ);
+    ``mpi_reduce``: ``MPI.SUM.Reduce_local(incoming, acc)``, MPI's own reduction loop;
+    ``copy``: ``np.copyto`` of a just-written vector (MPICH's Allreduce starts by
+    copying its input into the output). The last two price MPI's Allreduce
+    (``comm/cost_mpich.py``).
+    """
+    from mpi4py import MPI
+
+    times: dict[str, dict[int, float]] = {"add": {}, "mpi_reduce": {}, "copy": {}}
+    for nbytes in (n for n in SIZES if n >= CURVE_FROM):
+        acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+        times["add"][nbytes] = timed(mpi_comm, partial(np.add, acc, incoming, out=acc), repeats)
+        times["mpi_reduce"][nbytes] = timed(mpi_comm, partial(MPI.SUM.Reduce_local, incoming,
+                                                              acc), repeats)
+        times["copy"][nbytes] = timed(mpi_comm, partial(np.copyto, acc, incoming), repeats,
+                                      partial(np.add, incoming, 1, out=incoming))
     return times
 
 
-def library_latency(mpi_comm, repeats: int = 200) -> float:  # noqa: ANN001
+def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> float:  # noqa: ANN001
+    """Seconds per byte of first touching fresh memory, beyond writing it.
+
+    A buffer this long comes straight from the kernel (``mmap``) at every
+    ``malloc``, and each 4 KiB page faults when first written: MPICH's
+    Allreduce pays this on its temporary buffer from 32 MiB up
+    (``comm/cost_mpich.py``). Measured on an anonymous ``mmap``, as malloc
+    gets it (numpy's own large arrays ask for huge pages, which fault 512x
+    less often: 4 ms instead of 24 ms for 64 MiB here).
+    """
+    kept = np.empty(nbytes, np.uint8)
+
+    def fill_fresh() -> None:
+        with mmap.mmap(-1, nbytes) as fresh:
+            np.frombuffer(fresh, np.uint8).fill(1)
+
+    warm = timed(mpi_comm, partial(kept.fill, 1), repeats)
+    return max(0.0, timed(mpi_comm, fill_fresh, repeats) - warm) / nbytes
+
+
+def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
     """Seconds of one exchange of 4 bytes through ``comm.allreduce`` (no check)."""
     from minidist.comm.allreduce import allreduce
     from minidist.comm.mpi_transport import MPICommunicator
 
     c = MPICommunicator(mpi_comm)
     one, out = np.ones(1, np.float32), np.empty(1, np.float32)
-    return timed(mpi_comm, lambda: allreduce(one, c, "sum", "recursive_doubling", out=out,
-                                             check=False), repeats)
+    # the least of three medians: one rank descheduled for a while must not set the price
+    # of every message (a 2-core machine running other work showed 50 µs once, 6 µs after)
+    return min(timed(mpi_comm, lambda: allreduce(one, c, "sum", "recursive_doubling", out=out,
+                                                 check=False), repeats) for _ in range(3))
 
 
 def fit(mpi_comm) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
     """Run the measurements on 2 ranks; rank 0 gets the model and the raw numbers."""
     ping_pong = message_times(mpi_comm, exchange=False)
     exchange = message_times(mpi_comm, exchange=True)
-    adding = add_times(mpi_comm)
+    local = local_times(mpi_comm)
+    adding = local["add"]
+    fault = page_fault_cost(mpi_comm)
     alpha = library_latency(mpi_comm)
     if mpi_comm.Get_rank() != 0:
         return None
@@ -146,7 +184,9 @@ def fit(mpi_comm) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
              "beta_ping_pong": slope(ping_pong),
              "ping_pong_one_way_s": {str(k): v for k, v in ping_pong.items()},
              "exchange_s": {str(k): v for k, v in exchange.items()},
-             "add_s": {str(k): v for k, v in adding.items()}}
+             "page_fault_s_per_byte": fault,
+             **{f"{name}_s": {str(k): v for k, v in measured.items()}
+                for name, measured in local.items()}}
     return model, notes
 
 

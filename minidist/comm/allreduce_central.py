@@ -35,22 +35,28 @@ def naive_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) 
     ``2(P-1)(alpha + N beta) + (P-1) N gamma``, all on rank 0's link.
     """
     rank, p = c.rank, c.size
-    if out is not src:
-        out[...] = src
+    if p == 1:
+        if out is not src:
+            out[...] = src
+        return
     if rank == 0:
-        scratch = np.empty_like(out)
-        # 1. gather and reduce, in rank order
+        # 1. gather and reduce, in rank order: x_0 op x_1 op ... op x_(P-1)
         for source in range(1, p):
+            first_into_out = source == 1 and out is not src
+            incoming = out if first_into_out else c.scratch(len(out), out.dtype)
             # communication: rank `source`'s whole vector, to be added in
-            c.recv(scratch, source, TAG)
-            c.combine(op, out, scratch)
+            c.recv(incoming, source, TAG)
+            if first_into_out:  # out = x_0 op x_1, without copying x_0 first
+                c.combine(op, out, src, incoming_first=True)
+            else:
+                c.combine(op, out, incoming)
         # 2. send the result back
         for dest in range(1, p):
             # communication: the full result to every other rank
             c.send(out, dest, TAG)
     else:
         # communication: my whole vector to the master, then the result back
-        c.send(out, 0, TAG)
+        c.send(src, 0, TAG)
         c.recv(out, 0, TAG)
 
 
@@ -69,19 +75,22 @@ def ps_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) -> 
         return
     bounds = chunk_bounds(len(out), p)
     lo, hi = bounds[rank]
-    mine, incoming = out[lo:hi], np.empty(hi - lo, out.dtype)
+    mine = out[lo:hi]
     # 1. push: shard k of my vector to its server, rank k (my right neighbour first)
     peers = [(rank + k) % p for k in range(1, p)]
     # communication: shard `dest` of my vector to rank `dest`, which reduces it
     sends = [c.isend(src[slice(*bounds[dest])], dest, TAG) for dest in peers]
     # 2. reduce my shard: my own term, then my left neighbour's, the next one's...
     #    (the order in which they were sent to me; one fixed order, one reducer)
-    if out is not src:
-        mine[...] = src[lo:hi]
     for source in reversed(peers):
+        first_into_mine = source == peers[-1] and out is not src
+        incoming = mine if first_into_mine else c.scratch(hi - lo, out.dtype)
         # communication: rank `source`'s copy of my shard
         c.recv(incoming, source, TAG)
-        c.combine(op, mine, incoming)
+        if first_into_mine:  # mine = my term op the left's, without copying mine first
+            c.combine(op, mine, src[lo:hi], incoming_first=True)
+        else:
+            c.combine(op, mine, incoming)
     for request in sends:
         request.wait()
     # 3. pull: my reduced shard to every rank, every other reduced shard from its server

@@ -25,7 +25,7 @@ longest chunk, an upper bound within 1% when a segmented ring's pieces are
 uneven), and for the trees by stepping every segment through the tree with
 the transport's rules (a recurrence: a pipeline has no short formula).
 ``"mpi"`` is what the in-process transport runs for it (recursive
-doubling); :func:`mpich_time` models MPICH's real choice for benchmarks.
+doubling); ``cost_mpich.py`` models MPICH's real choice for benchmarks.
 """
 
 from __future__ import annotations
@@ -248,24 +248,6 @@ def mpi_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     cost = recursive_doubling_cost(p, nbytes, itemsize, net)
     cost.algorithm = "mpi"
     return cost
-
-
-def mpich_time(p: int, nbytes: int, net: NetworkModel) -> float:
-    """A model of MPICH's own Allreduce: the cheaper of recursive doubling and Rabenseifner.
-
-    Rabenseifner = reduce-scatter by recursive halving + allgather by
-    recursive doubling over ``P' = 2^floor(log2 P)`` ranks: in step k of
-    each phase a rank exchanges ``N/2^k`` bytes, so with one β
-    ``2 log2 P' alpha + 2(P'-1)/P' N beta + (P'-1)/P' N gamma``.
-    """
-    if p == 1 or nbytes == 0:
-        return 0.0
-    net = net.at(nbytes)
-    rabenseifner, share = 0.0, float(nbytes)
-    for _ in range(p.bit_length() - 1):
-        share /= 2
-        rabenseifner += 2 * net.message_time(share) + net.reduce_time(share)
-    return min(recursive_doubling_cost(p, nbytes, 1, net).time, rabenseifner)
 
 
 MODELS = {"naive": naive_cost, "ps": ps_cost, "ring": ring_cost, "tree": tree_cost,
