@@ -34,14 +34,14 @@ SHAPES = [(4, 3), (3,), (3, 5), (5,), (40,), (2, 2)]
 
 
 def library_average(model, c) -> None:
-    """The library's pieces: one bucket per tensor, allreduce, divide by P, write back."""
+    """The library's pieces: one bucket per tensor (each gradient divided by P), allreduce,
+    write back."""
     params = list(model.parameters())
     for group in plan_buckets(params, 0, 0):
-        bucket = Bucket([params[i] for i in group])
+        bucket = Bucket([params[i] for i in group], scale=1 / c.size)
         for position, p in enumerate(bucket.params):
             bucket.put(position, p.grad)
         allreduce(bucket.buffer, c, out=bucket.buffer)
-        bucket.average(c.size)
         bucket.write_back()
 
 

@@ -272,3 +272,18 @@ def test_mse_loss_matches_numpy_and_finite_differences(reduction):
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
     assert md.autograd.gradcheck(lambda p: F.mse_loss(p, target, reduction=reduction),
                                  md.Tensor(prediction, requires_grad=True))
+
+
+@pytest.mark.parametrize("x_shape", [(5, 4), (4,), (2, 3, 4)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_is_one_op_with_the_gradients_of_three(x_shape, with_bias):
+    rng = np.random.default_rng(7)
+    x = md.Tensor(rng.normal(size=x_shape), requires_grad=True)
+    w = md.Tensor(rng.normal(size=(3, 4)), requires_grad=True)
+    b = md.Tensor(rng.normal(size=3), requires_grad=True) if with_bias else None
+    y = F.linear(x, w, b)
+    unfused = x @ w.T + b if with_bias else x @ w.T
+    np.testing.assert_array_equal(y.data, unfused.data)
+    assert y._ctx is not None and len(y._ctx.parents) == (3 if with_bias else 2)
+    inputs = (x, w, b) if with_bias else (x, w)
+    assert md.autograd.gradcheck(lambda *t: (F.linear(t[0], t[1], *t[2:]) ** 2).sum(), *inputs)

@@ -68,13 +68,25 @@ def plan_buckets(params: list[Any], bucket_mb: float = 25, first_bucket_mb: floa
 
 
 class Bucket:
-    """One flat buffer for the gradients of ``params`` (in plan order), plus their flags."""
+    """One flat buffer for the gradients of ``params`` (in plan order), plus their flags.
 
-    def __init__(self, params: list[Any]) -> None:
+    ``put`` scales each gradient by ``scale`` on its way in (``1/P`` for an
+    average: the sum over ranks is then the mean, with no pass over the buffer
+    afterwards; it differs from dividing the sum by at most a rounding). After
+    :meth:`write_back` each parameter's ``.grad`` *is* its slot of the buffer
+    (a view, as PyTorch's ``gradient_as_bucket_view``): no copy out either,
+    valid until the next synchronised backward refills the bucket.
+    """
+
+    def __init__(self, params: list[Any], scale: float = 1.0) -> None:
         self.params = params
-        self.offsets = np.cumsum([0] + [p.size for p in params]).tolist()
-        self.numel = self.offsets[-1]  # gradient entries; the flags follow them
+        self.scale = np.dtype(params[0].dtype).type(scale)  # a scalar of the buffer's dtype
+        offsets = np.cumsum([0] + [p.size for p in params]).tolist()
+        self.numel = offsets[-1]  # gradient entries; the flags follow them
         self.buffer = np.zeros(self.numel + len(params), dtype=params[0].dtype)
+        self.slots = [self.buffer[lo:hi].reshape(p.shape)  # views, one per parameter
+                      for lo, hi, p in zip(offsets, offsets[1:], params, strict=False)]
+        self.flags = self.buffer[self.numel:]  # 1 where this rank produced the gradient
         self.ready: set[int] = set()  # positions in ``params`` whose gradient is copied in
 
     @property
@@ -87,17 +99,17 @@ class Bucket:
 
     def slot(self, position: int) -> np.ndarray:
         """The part of the buffer that holds ``params[position]``'s gradient (a view)."""
-        lo, hi = self.offsets[position], self.offsets[position + 1]
-        return self.buffer[lo:hi].reshape(self.params[position].shape)
+        return self.slots[position]
 
     def put(self, position: int, grad: Any) -> None:
-        """Copy this rank's gradient of ``params[position]`` in (None: contribute zeros)."""
+        """Copy this rank's gradient of ``params[position]`` in, times ``scale``
+        (None: contribute zeros)."""
         if grad is None:
-            self.slot(position)[...] = 0
-            self.buffer[self.numel + position] = 0
+            self.slots[position][...] = 0
+            self.flags[position] = 0
         else:
-            self.slot(position)[...] = grad
-            self.buffer[self.numel + position] = 1
+            np.multiply(grad, self.scale, out=self.slots[position])
+            self.flags[position] = 1
         self.ready.add(position)
 
     def fill_missing(self) -> None:
@@ -107,17 +119,8 @@ class Bucket:
             if position not in self.ready:
                 self.put(position, param.grad)
 
-    def average(self, world_size: int) -> None:
-        """After the sum over ranks: divide the gradients (not the flags) by P."""
-        self.buffer[:self.numel] /= world_size
-
     def write_back(self) -> None:
-        """Give each parameter its averaged gradient; one that no rank used keeps None,
-        exactly as one process would leave it."""
-        for position, param in enumerate(self.params):
-            if self.buffer[self.numel + position] == 0:
-                param.grad = None
-            elif param.grad is None:
-                param.grad = self.slot(position).copy()
-            else:
-                param.grad[...] = self.slot(position)
+        """After the sum over ranks: make each parameter's ``.grad`` its slot. A parameter
+        that no rank used keeps None, exactly as one process would leave it."""
+        for param, slot, users in zip(self.params, self.slots, self.flags.tolist(), strict=True):
+            param.grad = slot if users else None

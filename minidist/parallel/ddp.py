@@ -29,7 +29,13 @@ How :class:`DataParallel` makes step 2 fast, as PyTorch's DDP does:
 - **End of backward**: a callback queued on the autograd engine waits for
   the thread, reduces the buckets that were not complete before backward
   ended (nothing is left to overlap them with, so no hand-over to the
-  thread), and writes the averages back into ``p.grad``.
+  thread), and makes each ``p.grad`` a view of its slot in the bucket.
+- **No pass that is not needed**: each gradient enters its bucket already
+  divided by P (the copy and the scaling are one pass), so the sum over
+  ranks *is* the average, and ``p.grad`` is the bucket's memory itself
+  (PyTorch's ``gradient_as_bucket_view``): nothing is divided or copied
+  after the allreduce. Keep a copy of ``p.grad`` if you need it after the
+  next synchronised backward, which refills the bucket.
 
 Buckets are launched strictly in bucket order on every rank (a complete
 bucket waits for the earlier ones): allreduces are matched by their order,
@@ -66,14 +72,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from minidist.autograd import Function, Tensor, is_grad_enabled, queue_callback
 from minidist.comm.allreduce import ALGORITHMS, allreduce
-from minidist.comm.collectives import broadcast
 from minidist.comm.communicator import Communicator
 from minidist.nn.module import Module
 from minidist.parallel.buckets import Bucket, plan_buckets
+from minidist.parallel.replicas import broadcast_parameters
 from minidist.parallel.timing import TraceRecorder
 
 
@@ -113,7 +117,8 @@ class DataParallel(Module):
 
         trainable = [p for p in module.parameters() if p.requires_grad]  # frozen: left out
         plan = plan_buckets(trainable, bucket_mb, first_bucket_mb)
-        self.buckets = [Bucket([trainable[i] for i in group]) for group in plan]
+        # each gradient enters its bucket divided by P: the sum over ranks is the average
+        self.buckets = [Bucket([trainable[i] for i in group], 1 / comm.size) for group in plan]
         self._where = {id(p): (k, position) for k, bucket in enumerate(self.buckets)
                        for position, p in enumerate(bucket.params)}
         me = weakref.ref(self)  # the model's tensors must not keep the wrapper alive
@@ -199,7 +204,6 @@ class DataParallel(Module):
         # communication: sum this bucket over all ranks, in place (same order on every rank)
         allreduce(bucket.buffer, self.reducer_comm, "sum", self.algorithm,
                   out=bucket.buffer, check=False)
-        bucket.average(self.comm.size)
         end = time.perf_counter()
         self._comm_spans.append((start, end))
         if self.recorder is not None:
@@ -262,27 +266,6 @@ class _BackwardEntry(Function):
     def backward(ctx, grad):
         ctx.ddp._begin_step()
         return grad
-
-
-def broadcast_parameters(module: Module, comm: Communicator, root: int = 0) -> None:
-    """Copy rank ``root``'s parameters (frozen ones too) into every rank's ``module``.
-
-    One broadcast per dtype of a flat buffer; it first checks that all ranks
-    have the same number of values, so different models raise instead of hanging.
-    Cost (binomial tree): ``ceil(log2 P)`` rounds of N bytes.
-    """
-    by_dtype: dict[np.dtype, list[Tensor]] = {}
-    for p in module.parameters():
-        by_dtype.setdefault(np.dtype(p.dtype), []).append(p)
-    for dtype in sorted(by_dtype, key=str):  # the same order on every rank
-        params = by_dtype[dtype]
-        flat = np.concatenate([np.ravel(p.data) for p in params])
-        # communication: rank root's values of every parameter of this dtype, to all ranks
-        flat = broadcast(flat, comm, root=root)
-        offset = 0
-        for p in params:
-            p.data[...] = flat[offset:offset + p.size].reshape(p.shape)
-            offset += p.size
 
 
 def _threads_allowed(comm: Communicator) -> bool:
