@@ -55,6 +55,7 @@ def test_ddp_benchmark_reports_buckets_scaling_and_a_straggler():
               "--rounds", "1", "--depth", "4", "--width", "16", "--small-batch", "8",
               "--sizes", "32,16,4", "--batch", "16")
     assert "one bucket" in out and "efficiency" in out and "straggler" in out
+    assert "target: bucketed step" in out and "target: efficiency at P = 2" in out
 
 
 @pytest.mark.timeout(250)

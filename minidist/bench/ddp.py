@@ -57,11 +57,12 @@ from minidist.optim import SGD
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.timing import TraceRecorder
 
+DEFAULT_BUCKETS = "25 MB, first 1 MB"  # DataParallel's defaults
 BUCKET_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("one per tensor", dict(bucket_mb=0, first_bucket_mb=0)),
     ("0.25 MB", dict(bucket_mb=0.25, first_bucket_mb=0.25)),
     ("1 MB", dict(bucket_mb=1, first_bucket_mb=1)),
-    ("25 MB, first 1 MB", dict(bucket_mb=25, first_bucket_mb=1)),
+    (DEFAULT_BUCKETS, dict(bucket_mb=25, first_bucket_mb=1)),
     ("one bucket", dict(bucket_mb=float("inf"), first_bucket_mb=float("inf"))),
     ("25 MB, no overlap", dict(bucket_mb=25, first_bucket_mb=1, overlap=False)),
 ]
@@ -185,6 +186,12 @@ def report(c: Communicator, args: argparse.Namespace) -> None:
         say(f"{label:>20} {count:>6} {1e3 * t['step']:10.2f} {1e3 * t['best']:8.2f} "
             f"{t['step'] / base['step']:21.2f}x {t['best'] / base['best']:5.2f}x "
             f"{t['overlap']:7.0%}")
+    best_label, _, best = min(rows[1:], key=lambda row: row[2]["step"])
+    default = next(t for label, _, t in rows if label == DEFAULT_BUCKETS)
+    met = "met" if best["step"] <= 0.7 * base["step"] else "MISSED"
+    say(f"target: bucketed step <= 0.7x the per-tensor step (median): {met} by {best_label!r} "
+        f"({best['step'] / base['step']:.2f}x); the default buckets "
+        f"{default['step'] / base['step']:.2f}x")
 
     wide = [int(s) for s in args.sizes.split(",")]
     say(f"\n2. scaling: MLP {wide}, batch {args.batch} per rank (weak scaling)")
@@ -195,6 +202,10 @@ def report(c: Communicator, args: argparse.Namespace) -> None:
     one = timings[0]  # measured on rank 0 only, which does the printing
     for label, t in zip(labels, timings, strict=True) if c.rank == 0 else ():
         say(f"{label:>36} {1e3 * t['step']:10.1f} {one['step'] / t['step']:11.0%}")
+    if c.rank == 0 and c.size == 2:
+        efficiency = one["step"] / timings[2]["step"]
+        say(f"target: efficiency at P = 2 >= 85% (DDP): "
+            f"{'met' if efficiency >= 0.85 else 'MISSED'} ({efficiency:.0%})")
 
     say(f"\n3. straggler: rank {c.size - 1} sleeps {1e3 * args.delay:.0f} ms per step")
     traces: dict[float, list] = {}
