@@ -20,7 +20,9 @@
    of n bytes (what ``combine`` does), at the same sizes; the constant
    ``gamma`` is that of the largest size. Beside it, for the model of MPI's
    own Allreduce (``comm/cost_mpich.py``): MPI's reduction loop
-   (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and ``copy_s``.
+   (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and
+   ``copy_s``, and the price of first touching fresh memory
+   (``page_fault_s_per_byte``).
 
 Buffers are reused between repetitions, as a training loop or the
 benchmark reuses its arrays, so short ones are measured in cache: that is

@@ -26,9 +26,10 @@ Three prices have no counterpart in the library's algorithms:
 - the copy of step 1 (our algorithms reduce straight into ``out``);
 - the temporary buffer, allocated at every call. From 32 MiB up (glibc's
   largest ``mmap`` threshold) it comes fresh from the kernel, and every
-  page it receives into faults on first touch: at P = 2 that added 11 ms
-  to a 37 ms Allreduce of 64 MiB. (The library keeps its buffers instead,
-  ``Communicator.scratch``.)
+  page it receives into faults on first touch: the fit prices a fault at
+  0.5 ns per byte here, 17 ms for the 32 MiB that an Allreduce of 64 MiB
+  at P = 2 receives there (it takes 37-41 ms in all). (The library keeps
+  its buffers instead, ``Communicator.scratch``.)
 
 ``python -m minidist.bench.fit`` measures all three (``mpi_reduce_s`` and
 ``copy_s`` at every size, ``page_fault_s_per_byte``, in the saved fit);
