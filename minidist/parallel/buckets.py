@@ -97,10 +97,6 @@ class Bucket:
     def complete(self) -> bool:
         return len(self.ready) == len(self.params)
 
-    def slot(self, position: int) -> np.ndarray:
-        """The part of the buffer that holds ``params[position]``'s gradient (a view)."""
-        return self.slots[position]
-
     def put(self, position: int, grad: Any) -> None:
         """Copy this rank's gradient of ``params[position]`` in, times ``scale``
         (None: contribute zeros)."""
