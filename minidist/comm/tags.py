@@ -1,0 +1,26 @@
+"""Message tags: one registry, so that two protocols never share a tag.
+
+A receive matches a message by (source, tag). Two protocols that could have
+messages in flight between the same pair of ranks at once must use
+different tags, or one may take the other's message. Every tag the library
+sends with is named here; user code (and the labs) use tag 0, the default.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Tag(IntEnum):
+    """Every tag the library uses, by protocol."""
+
+    USER = 0  # the default of send/recv: user code and the labs
+    CHECK = 31  # the agreement check's packets (collectives/agreement.py)
+    RECURSIVE_DOUBLING = 32
+    RING = 41
+    TREE = 51  # the second tree of the double tree uses TREE + 1
+    DOUBLE_TREE_SECOND = 52
+    CENTRAL = 61  # naive and parameter-server allreduce
+    COLLECTIVE = 71  # broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall
+    GLOVE_GATHER = 81  # a sharded GloVe table gathered on rank 0
+    PIPELINE = 91  # activations and gradients between pipeline stages
