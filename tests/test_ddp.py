@@ -14,7 +14,7 @@ from minidist.data import BatchSampler, DistributedSampler
 from minidist.nn import Embedding, Linear, Module, Parameter
 from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD, Adam
-from minidist.parallel.buckets import Bucket, plan_buckets
+from minidist.parallel.buckets import MB, Bucket, plan_buckets
 from minidist.parallel.ddp import DataParallel
 
 FEATURES, HIDDEN, CLASSES = 5, 6, 7
@@ -200,6 +200,30 @@ def test_no_sync_accumulates_locally_and_equals_a_bigger_batch():
                 np.testing.assert_allclose(grads[name], p.grad, atol=1e-12, err_msg=name)
 
 
+def test_wrapping_a_module_again_averages_once_and_retires_the_old_wrapper():
+    def fn(c, wraps):
+        x, ids, y = make_data(c.size)
+        model = TiedNet(seed=100)
+        # a notebook cell run again wraps the same module again
+        wrappers = [DataParallel(model, c, **ONE_PER_TENSOR) for _ in range(wraps)]
+        before = c.stats.messages_sent
+        loss_of(wrappers[-1](x[:4], ids[:4]), y[:4]).backward()
+        sent = c.stats.messages_sent - before
+        try:
+            wrappers[0](x[:4], ids[:4])
+            old = "still works"
+        except RuntimeError as error:
+            old = str(error)
+        return sent, {n: p.grad for n, p in model.named_parameters()}, old
+
+    (once, expected, _), _ = md.launch(fn, 2, args=(1,), backend="local")
+    for sent, grads, old in md.launch(fn, 2, args=(2,), backend="local"):
+        assert sent == once  # the old wrapper's hooks are gone: one allreduce per bucket
+        for name, grad in expected.items():
+            np.testing.assert_array_equal(grads[name], grad, err_msg=name)
+        assert "wrapped again by a newer DataParallel" in old
+
+
 def test_step_stats_describe_the_buckets():
     def fn(c):
         model = DataParallel(TiedNet(seed=0), c, **ONE_PER_TENSOR)
@@ -226,37 +250,39 @@ def test_a_failing_rank_raises_instead_of_hanging():
 
 # --- the bucket plan ---------------------------------------------------------------------
 
-class Shape:
-    def __init__(self, size, dtype=np.float32):
-        self.size, self.dtype = size, dtype
+def tensors(*sizes, dtype=np.float32):
+    return [Parameter(np.zeros(n, dtype=dtype)) for n in sizes]
 
 
 def test_plan_walks_parameters_in_reverse_and_respects_capacities():
     mb = 2**20 // 4  # float32 values per MB
-    params = [Shape(mb), Shape(mb // 2), Shape(mb // 2), Shape(3 * mb), Shape(10), Shape(10)]
-    plan = plan_buckets(params, bucket_mb=1, first_bucket_mb=50 / 2**20)
+    params = tensors(mb, mb // 2, mb // 2, 3 * mb, 10, 10)
+    plan = plan_buckets(params, bucket_bytes=MB, first_bucket_bytes=50)
     assert plan == [[5], [4], [3], [2, 1], [0]]
-    assert sorted(i for bucket in plan for i in bucket) == list(range(len(params)))
-    assert plan_buckets(params, 0, 0) == [[i] for i in reversed(range(6))]
-    assert plan_buckets(params, float("inf"), float("inf")) == [[5, 4, 3, 2, 1, 0]]
-    mixed = [Shape(4, np.float64), Shape(4), Shape(4)]
-    assert plan_buckets(mixed, float("inf"), float("inf")) == [[2, 1], [0]]
-    with pytest.raises(ValueError, match="bucket sizes"):
-        plan_buckets(params, -1, 1)
+    assert plan_buckets(params, MB) == [[5, 4], [3], [2, 1], [0]]  # first bucket: the same
+    assert plan_buckets(params, 0) == [[i] for i in reversed(range(6))]
+    assert plan_buckets(params, float("inf")) == [[5, 4, 3, 2, 1, 0]]
+    mixed = tensors(4, dtype=np.float64) + tensors(4, 4)
+    assert plan_buckets(mixed, float("inf")) == [[2, 1], [0]]  # a buffer has one dtype
+
+
+def test_bucket_sizes_must_not_be_negative():
+    with pytest.raises(ValueError, match="bucket_mb=-1"):
+        DataParallel(TiedNet(seed=0), md.comm.world(), bucket_mb=-1)
 
 
 def test_bucket_flags_count_users_and_leave_unused_grads_none():
     a, b = Parameter(np.ones((2, 2))), Parameter(np.ones(3))
     bucket = Bucket([a, b], scale=1 / 2)  # 2 ranks: each contributes half its gradient
-    bucket.put(0, np.full((2, 2), 4.0))
+    bucket.pack(0, np.full((2, 2), 4.0))
     assert not bucket.complete
-    bucket.fill_missing()  # b has no gradient on this rank: zeros and flag 0
+    bucket.pack_missing()  # b has no gradient on this rank: zeros and flag 0
     assert bucket.complete
     np.testing.assert_array_equal(bucket.buffer, [2, 2, 2, 2, 0, 0, 0, 1, 0])
     bucket.buffer += np.array([1, 1, 1, 1, 0, 0, 0, 1, 0.0])  # the second rank's half
-    bucket.write_back()  # the average, 3, is already there
+    bucket.unpack()  # the average, 3, is already there
     np.testing.assert_array_equal(a.grad, np.full((2, 2), 3.0))
-    assert b.grad is None
+    assert b.grad is None and not bucket.packed
 
 
 @pytest.mark.timeout(120)

@@ -27,10 +27,10 @@ CASES = [("sgd", ONE_PER_TENSOR), ("adam", UNEVEN), ("sgd", ALL_IN_ONE)]
 
 def train_cases(c, cases, algorithm):
     """Every case on this rank; also whether the communication thread was allowed."""
-    from minidist.parallel.ddp import _threads_allowed
+    from minidist.parallel.overlap import threads_allowed
 
     states = [train_ddp(c, optimizer, buckets, algorithm)[0] for optimizer, buckets in cases]
-    return states, _threads_allowed(c)
+    return states, threads_allowed(c)
 
 
 @pytest.mark.timeout(90)

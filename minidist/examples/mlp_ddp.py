@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from minidist.comm import Communicator, world
-from minidist.comm.allreduce import allreduce
+from minidist.comm import Communicator, allreduce, world
 from minidist.data import DataLoader, DistributedSampler, load_digits
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer, standardize
 from minidist.models.mlp import accuracy, build_mlp, classification_loss

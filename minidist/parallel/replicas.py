@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.autograd import Tensor
-from minidist.comm.collectives import broadcast
-from minidist.comm.communicator import Communicator
+from minidist.comm import Communicator, broadcast
 from minidist.nn.module import Module
 
 

@@ -15,18 +15,25 @@ end)`` for each phase:
   thread of :class:`~minidist.parallel.ddp.DataParallel`, whose allreduces
   run *during* backward: overlap shows as two lanes busy at once).
 
-Times are seconds since :meth:`TraceRecorder.start`, which every rank calls
-after a barrier, so the ranks' clocks share one origin (to within a barrier's
-skew). ``minidist.viz.timeline.plot_timeline`` draws the traces of all ranks.
+Times are seconds on the recorder's ``clock`` since :meth:`TraceRecorder.start`,
+which every rank calls after a barrier, so the ranks share one origin. The
+clock is the wall clock (``time.perf_counter``) by default: real, and on a
+shared machine noisy, with origins that differ by a barrier's skew. On the
+in-process transport it can be the modelled clock,
+``TraceRecorder(c.rank, clock=lambda: c.stats.clock)``: it advances only for
+messages and for work a rank declares with ``c.compute(seconds)``, the
+barrier gives every rank the same origin, and a run gives the same times on
+any machine (exact enough to check, as Lab 4 does).
+``minidist.viz.timeline.plot_timeline`` draws the traces of all ranks.
 
-Recording costs two ``perf_counter`` calls and one list append per interval.
+Recording costs two clock readings and one list append per interval.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -45,12 +52,13 @@ class Interval:
 
 
 class TraceRecorder:
-    """Intervals of one rank. Thread-safe: the communication thread records too."""
+    """Intervals of one rank on ``clock`` (seconds). Thread-safe: the communication
+    thread records too."""
 
-    def __init__(self, rank: int = 0) -> None:
-        self.rank = rank
+    def __init__(self, rank: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.rank, self.clock = rank, clock
         self.intervals: list[Interval] = []
-        self.origin = time.perf_counter()
+        self.origin = clock()
         self._lock = threading.Lock()
 
     def start(self, comm=None) -> None:
@@ -59,11 +67,11 @@ class TraceRecorder:
             comm.barrier()
         with self._lock:
             self.intervals = []
-            self.origin = time.perf_counter()
+            self.origin = self.clock()
 
     def now(self) -> float:
         """Seconds since the origin."""
-        return time.perf_counter() - self.origin
+        return self.clock() - self.origin
 
     def add(self, kind: str, start: float, end: float, lane: str = "main") -> None:
         """Record an interval measured elsewhere (times from :meth:`now`)."""
