@@ -1,5 +1,6 @@
-"""GloVe model: the vectorised trainer against a transliteration of glove.c's loop,
-against autograd and against finite differences; loss decrease; the text format."""
+"""GloVe: the vectorised trainer against a transliteration of glove.c's loop, against
+autograd and against finite differences; loss decrease; the text format; the sharded and
+sparse-DDP strategies against one process; the old module paths."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import numpy as np
 import pytest
 
 import minidist as md
+from minidist import glove
 from minidist.data.cooccur import zipf_cooccurrence as random_cooccurrence
-from minidist.models import glove
 
 
 def reference_epoch(model: glove.GloVe, records: glove.Records, eta: float = 0.05) -> float:
@@ -124,7 +125,8 @@ def test_autograd_path_first_steps_agree_with_vectorised_trainer(small):
     model = glove.GloVe.create(40, 5, seed=6)
     word = md.Tensor(model.word.copy(), requires_grad=True)
     context = md.Tensor(model.context.copy(), requires_grad=True)
-    optimizer = glove.ReferenceAdaGrad([word, context], lr=glove.ETA)
+    optimizer = md.optim.AdaGrad([word, context], lr=glove.ETA, eps=0.0,
+                                 initial_accumulator=1.0, convention="glove.c")
     for batch in list(small.batches(128, np.random.default_rng(3)))[:4]:
         grads = glove.batch_gradients(model, batch)
         glove.apply_gradients(model, grads)
@@ -182,93 +184,43 @@ def test_text_format_rejects_ragged_lines(tmp_path):
         glove.load_vectors(path)
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_sharded_dimensions_equal_one_process(small, ranks):
-    """Float64; only the dot products' summation order differs: rtol 1e-9 after 2 epochs."""
-    from minidist.parallel.glove_sharded import train_glove_sharded
-
-    start = glove.GloVe.create(40, 7, seed=4)  # 7 columns: uneven over 2 and 3 ranks
-    expected = start.copy()
-    costs = glove.train(expected, small, epochs=2, batch_size=100, seed=1)
-    results = md.launch(train_glove_sharded, world_size=ranks, backend="local", timeout=50,
-                        args=(start, small, 2, 100, 1))
-    model, sharded_costs = results[0]
-    assert all(r[0] is None and r[1] == sharded_costs for r in results[1:])
-    np.testing.assert_allclose(sharded_costs, costs, rtol=1e-12)
-    for name, array in model.arrays().items():
-        np.testing.assert_allclose(array, expected.arrays()[name], rtol=1e-9, atol=1e-13)
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="every count must be > 0"):
+        glove.Records.from_counts([0, 1], [1, 0], [2.0, 0.0])
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        next(glove.Records.from_counts([0], [1], [2.0]).batches(0))
+    with pytest.raises(ValueError, match="dim >= 1"):
+        glove.GloVe.create(10, 0)
+    with pytest.raises(ValueError, match="convention must be one of"):
+        md.optim.AdaGrad([md.Tensor(np.ones(2), requires_grad=True)], convention="glove")
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_ddp_with_sparse_rows_equals_one_process_with_ranks_times_the_batch(small, ranks):
-    """Float64; per-row sums are added in another order: rtol 1e-9 after 2 epochs."""
-    from minidist.parallel.glove_ddp import train_glove_ddp
-
-    start = glove.GloVe.create(40, 6, seed=8)
-    expected = start.copy()
-    costs = glove.train(expected, small, epochs=2, batch_size=ranks * 50, seed=3)
-    results = md.launch(train_glove_ddp, world_size=ranks, backend="local", timeout=50,
-                        args=(start, small, 2, 50, 3))
-    model, ddp_costs = results[0]
-    assert all(r[0] is None and r[1] == ddp_costs for r in results[1:])
-    np.testing.assert_allclose(ddp_costs, costs, rtol=1e-12)
-    for name, array in model.arrays().items():
-        np.testing.assert_allclose(array, expected.arrays()[name], rtol=1e-9, atol=1e-13)
-    np.testing.assert_array_equal(start.word, glove.GloVe.create(40, 6, seed=8).word)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_example_reaches_90_percent_analogies_on_the_default_corpus(tmp_path, capsys):
-    """The default run: synthetic corpus, d=50, 10 epochs; >= 90% of the planted analogies."""
-    from minidist.examples import glove as example
-
-    saved = tmp_path / "vectors.txt"
-    result = example.main(["--no-progress", "--save", str(saved)])
-    assert result["seconds"] < 60, f"training took {result['seconds']:.1f} s"
-    assert result["analogies"].coverage == 1.0
-    assert result["analogies"].accuracy >= 0.90, str(result["analogies"])
-    assert result["similarity"].rho > 0.3
-    costs = result["costs"]
-    assert len(costs) == 10 and all(b < a for a, b in zip(costs, costs[1:], strict=False))
-    words, vectors = glove.load_vectors(saved)
-    assert words == result["words"]
-    np.testing.assert_array_equal(vectors, result["model"].vectors())
-    out = capsys.readouterr().out
-    assert "analogy accuracy" in out and "paris:" in out
+def test_one_adagrad_rule_for_the_optimiser_and_the_rows():
+    """``md.optim.AdaGrad`` in glove.c's convention, on whole tables, takes the steps that
+    ``adagrad_rows`` takes on the rows a batch touched (the other rows' gradient is 0)."""
+    rng = np.random.default_rng(3)
+    table = md.Tensor(rng.standard_normal((8, 3)), requires_grad=True)
+    rows_table, rows_gradsq = table.numpy().copy(), np.ones((8, 3))
+    optimizer = md.optim.AdaGrad([table], lr=0.1, eps=0.0, initial_accumulator=1.0,
+                                 convention="glove.c")
+    for rows in ([1, 5, 2], [0, 1]):
+        grad = rng.standard_normal((len(rows), 3))
+        table.grad = np.zeros((8, 3))
+        table.grad[rows] = grad
+        optimizer.step()
+        md.optim.adagrad_rows(rows_table, rows_gradsq, np.array(rows), grad, 0.1)
+    np.testing.assert_array_equal(table.numpy(), rows_table)
+    np.testing.assert_array_equal(optimizer.state[id(table)]["sum"], rows_gradsq)
 
 
-@pytest.mark.mpi
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("strategy", ["sharded", "ddp"])
-def test_example_runs_the_mpi_strategies(strategy):
-    """Under mpiexec, 2 ranks, 2 epochs: the single-process run's costs and vectors."""
-    from minidist.data.cooccur import Cooccurrence
-    from minidist.examples.glove import train_vectors
+def test_old_module_paths_still_import():
+    import minidist.models.glove as old_glove
+    from minidist.models.glove_eval import analogy_accuracy
 
-    row, col, val = random_cooccurrence(300, 5000, seed=12)
-    counts = Cooccurrence(row.astype(np.int32), col.astype(np.int32), val,
-                          np.array([f"w{i}" for i in range(300)]), np.ones(300, np.int64))
-    options = dict(dim=8, epochs=2, progress=False)
-    single, single_costs, _ = train_vectors(counts, "single", batch_size=1024, **options)
-    model, costs, _ = train_vectors(counts, strategy, ranks=2,
-                                    batch_size=512 if strategy == "ddp" else 1024, **options)
-    np.testing.assert_allclose(costs, single_costs, rtol=1e-9)
-    np.testing.assert_allclose(model.vectors(), single.vectors(), rtol=1e-7, atol=1e-10)
+    import minidist.parallel as parallel
+    from minidist.parallel.hogwild import train_hogwild
 
-
-@pytest.mark.timeout(120)
-def test_example_reads_a_text_file_and_external_evaluation_files(tmp_path):
-    from minidist.data.synthetic_language import generate_corpus
-    from minidist.examples import glove as example
-
-    files = generate_corpus(seed=1, num_tokens=100_000).save(tmp_path)
-    result = example.main(["--no-progress", "--corpus", str(files.corpus), "--epochs", "3",
-                           "--dim", "16", "--window", "5", "--min-count", "2",
-                           "--eval-analogies", str(files.analogies),
-                           "--eval-similarity", str(files.similarity)])
-    assert result["model"].dim == 16 and len(result["costs"]) == 3
-    assert result["costs"][-1] < result["costs"][0]
-    assert result["analogies"].coverage > 0.9 and result["similarity"].used > 0
+    assert old_glove is glove and analogy_accuracy is glove.analogy_accuracy
+    assert train_hogwild is glove.train_hogwild
+    assert parallel.train_glove_ddp is glove.train_glove_ddp
+    assert parallel.glove_sharded.train_glove_sharded is glove.train_glove_sharded

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from minidist.models.glove_eval import (
+from minidist.glove.evaluate import (
     analogy_accuracy,
     answer_analogies,
     average_ranks,

@@ -1,4 +1,5 @@
-"""Hogwild: lock-free GloVe workers in shared memory, against the sequential run."""
+"""Hogwild: lock-free GloVe workers in shared memory (``minidist.parallel.hogwild``'s
+machinery, ``minidist.glove.hogwild``'s worker), against the sequential run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from test_glove import random_cooccurrence
 
-from minidist.models import glove
+from minidist import glove
 from minidist.parallel import hogwild
 
 
@@ -47,7 +48,7 @@ def test_one_worker_is_exactly_the_sequential_run(problem, created_blocks):
     records, start = problem
     sequential, parallel = start.copy(), start.copy()
     costs = glove.train(sequential, records, epochs=2, batch_size=1024, seed=5)
-    run = hogwild.train_hogwild(parallel, records, workers=1, epochs=2, batch_size=1024,
+    run = glove.train_hogwild(parallel, records, workers=1, epochs=2, batch_size=1024,
                                 seed=5, timeout=50)
     assert run.costs == costs
     for name, array in parallel.arrays().items():
@@ -66,7 +67,7 @@ def test_two_workers_reach_the_sequential_loss(problem, created_blocks):
     sequential, parallel = start.copy(), start.copy()
     glove.train(sequential, records, epochs=4, batch_size=1024, seed=2)
     seen = []
-    run = hogwild.train_hogwild(parallel, records, workers=2, epochs=4, batch_size=1024,
+    run = glove.train_hogwild(parallel, records, workers=2, epochs=4, batch_size=1024,
                                 seed=2, timeout=80, on_epoch=lambda e, c: seen.append((e, c)))
     assert [e for e, _ in seen] == [0, 1, 2, 3] and [c for _, c in seen] == run.costs
     assert all(b < a for a, b in zip(run.costs, run.costs[1:], strict=False)), run.costs
@@ -84,7 +85,7 @@ def test_a_failing_worker_raises_with_its_traceback_and_cleans_up(problem, creat
     records, start = problem
     model = start.copy()
     with pytest.raises(RuntimeError, match="hogwild worker . failed") as failure:
-        hogwild.train_hogwild(model, records, workers=2, epochs=1, batch_size=0, timeout=50)
+        glove.train_hogwild(model, records, workers=2, epochs=1, batch_size=0, timeout=50)
     assert "Traceback" in str(failure.value)
     np.testing.assert_array_equal(model.word, start.word)  # untouched on failure
     assert_cleaned_up(created_blocks)
@@ -94,7 +95,7 @@ def test_a_failing_worker_raises_with_its_traceback_and_cleans_up(problem, creat
 def test_timeout_stops_the_workers_and_cleans_up(problem, created_blocks):
     records, start = problem
     with pytest.raises(TimeoutError):
-        hogwild.train_hogwild(start.copy(), records, workers=2, epochs=50, batch_size=64,
+        glove.train_hogwild(start.copy(), records, workers=2, epochs=50, batch_size=64,
                               timeout=1.0)
     assert_cleaned_up(created_blocks)
 
@@ -121,6 +122,6 @@ def test_reports_of_short_epochs_are_counted_per_epoch(created_blocks):
     the parent before a slow worker's report of epoch e; every epoch still counts its own."""
     row, col, val = random_cooccurrence(500, 12_000, seed=5)
     records, start = glove.Records.from_counts(row, col, val), glove.GloVe.create(500, 8, seed=1)
-    run = hogwild.train_hogwild(start, records, workers=3, epochs=6, batch_size=512, timeout=100)
+    run = glove.train_hogwild(start, records, workers=3, epochs=6, batch_size=512, timeout=100)
     assert len(run.costs) == 6 and all(np.isfinite(run.costs))
     assert_cleaned_up(created_blocks)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from minidist import glove
 from minidist.autograd import Tensor
 from minidist.comm import allreduce
+from minidist.glove import sharded_step, train_hogwild
 from minidist.labkit import BlockedError, CheckFailed
 from minidist.labkit.lab05 import (
     check_adagrad,
@@ -24,9 +26,6 @@ from minidist.labkit.lab05 import (
     random_batch,
     random_tables,
 )
-from minidist.models import glove
-from minidist.parallel.glove_sharded import sharded_step
-from minidist.parallel.hogwild import train_hogwild
 
 
 def library_loss(word, context, batch):

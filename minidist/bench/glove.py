@@ -3,7 +3,7 @@
     python -m minidist.bench.glove                    # about a minute
     python -m minidist.bench.glove --cooccur text8.npz --dims 50 100
 
-1. **Vectorised trainer** (``minidist.models.glove``, one process, one
+1. **Vectorised trainer** (``minidist.glove``, one process, one
    core): co-occurrence records trained per second at each ``--dims``, on
    two workloads: the default synthetic corpus (a small vocabulary, whose
    tables fit in the CPU caches) and Zipf-distributed random co-occurrences
@@ -13,7 +13,7 @@
    per wall-clock second and per second of this process's CPU time.
    Targets: >= 0.4 M records/s per core at d=50; glove.c does ~0.64 M per
    thread on the course machine.
-2. **Hogwild** (``minidist.parallel.hogwild``) on the text8-sized workload:
+2. **Hogwild** (``minidist.glove.hogwild``) on the text8-sized workload:
    epoch time with 1 and with 2 worker processes (the same machinery, so the
    ratio is the speedup; process start-up is excluded and printed apart),
    and the cost reached, beside the one-process trainer's at equal updates.
@@ -34,9 +34,8 @@ import time
 
 import numpy as np
 
+from minidist import glove
 from minidist.data.cooccur import zipf_cooccurrence
-from minidist.models import glove
-from minidist.parallel.hogwild import train_hogwild
 
 TEXT8_VOCAB = 71_290  # words seen >= 5 times in text8
 
@@ -90,7 +89,7 @@ def hogwild_speedup(records: glove.Records, vocab_size: int, dim: int, epochs: i
     for _ in range(rounds):
         for workers in (1, 2):  # alternate, so a change of load hits both alike
             model = glove.GloVe.create(vocab_size, dim)
-            run = train_hogwild(model, records, workers, epochs, batch_size, timeout=600)
+            run = glove.train_hogwild(model, records, workers, epochs, batch_size, timeout=600)
             best[workers] = min(best[workers], min(run.seconds))
             startup, costs[workers] = max(startup, run.startup_seconds), run.costs[-1]
     sequential = glove.GloVe.create(vocab_size, dim)

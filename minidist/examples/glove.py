@@ -16,7 +16,7 @@ The pipeline, one module of minidist per step:
 2. Vocabulary (words seen ``--min-count`` times) and co-occurrence counts
    in a symmetric ``--window``, a pair at distance k adding 1/k
    (``minidist.data.vocab``, ``minidist.data.cooccur``).
-3. Training (``minidist.models.glove``): AdaGrad over the shuffled
+3. Training (``minidist.glove``): AdaGrad over the shuffled
    non-zeros, in mini-batches, with ``--strategy``:
    ``single`` (one process), ``hogwild`` (``--ranks`` processes updating
    shared memory without locks), ``sharded`` (each rank holds a slice of
@@ -24,7 +24,7 @@ The pipeline, one module of minidist per step:
    trains on ``--batch-size`` records of every batch of ranks x batch-size,
    and the ranks exchange the gradients of the rows they touched). sharded
    and ddp run their ranks under mpiexec (``md.launch``).
-4. Tests (``minidist.models.glove_eval``): nearest neighbours, analogy
+4. Tests (``minidist.glove.evaluate``): nearest neighbours, analogy
    accuracy by 3CosAdd, Spearman correlation on a similarity file.
 
 ``--x-max``: the paper's 100 suits corpora of billions of tokens, and is
@@ -47,16 +47,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from minidist import glove
 from minidist.comm import launch
 from minidist.data.cooccur import Cooccurrence, count_cooccurrences
 from minidist.data.corpus import download_text8
 from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
-from minidist.models import glove
-from minidist.models.glove_eval import analogy_accuracy, nearest_neighbours, similarity_spearman
-from minidist.parallel.glove_ddp import train_glove_ddp
-from minidist.parallel.glove_sharded import train_glove_sharded
-from minidist.parallel.hogwild import train_hogwild
 
 STRATEGIES = ("single", "sharded", "ddp", "hogwild")
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
@@ -95,11 +91,11 @@ def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2
         costs = glove.train(model, records, epochs, batch_size, seed=seed,
                             on_batch=bar.update, on_epoch=report)
     elif strategy == "hogwild":
-        costs = train_hogwild(model, records, workers=ranks, epochs=epochs,
-                              batch_size=batch_size, seed=seed, on_epoch=report).costs
+        costs = glove.train_hogwild(model, records, workers=ranks, epochs=epochs,
+                                    batch_size=batch_size, seed=seed, on_epoch=report).costs
     elif strategy in ("sharded", "ddp"):
-        train_ranks = train_glove_sharded if strategy == "sharded" else train_glove_ddp
-        results = launch(train_ranks, world_size=ranks, backend="mpi", timeout=3600,
+        trainers = {"sharded": glove.train_glove_sharded, "ddp": glove.train_glove_ddp}
+        results = launch(trainers[strategy], world_size=ranks, backend="mpi", timeout=3600,
                          args=(model, records, epochs, batch_size, seed))
         model, costs = results[0]  # rank 0 returns the whole model
         for epoch, cost in enumerate(costs):
@@ -114,16 +110,16 @@ def evaluate(vectors: np.ndarray, words: list[str], analogies: Path | None,
              similarity: Path | None, queries: tuple[str, ...]) -> dict[str, Any]:
     """Print nearest neighbours, analogy accuracy and similarity; return the reports."""
     for query in (q for q in queries if q in set(words)):
-        neighbours = ", ".join(w for w, _ in nearest_neighbours(vectors, words, query, k=6))
+        neighbours = ", ".join(w for w, _ in glove.nearest_neighbours(vectors, words, query, k=6))
         print(f"  {query:>10}: {neighbours}")
     result: dict[str, Any] = {}
     if analogies is not None:
-        result["analogies"] = analogy_accuracy(vectors, words, analogies)
+        result["analogies"] = glove.analogy_accuracy(vectors, words, analogies)
         print(result["analogies"])
         print(f"analogy accuracy {result['analogies'].accuracy:.1%} "
               f"(coverage {result['analogies'].coverage:.0%})")
     if similarity is not None:
-        result["similarity"] = similarity_spearman(vectors, words, similarity)
+        result["similarity"] = glove.similarity_spearman(vectors, words, similarity)
         print(result["similarity"])
     return result
 

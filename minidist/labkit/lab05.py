@@ -29,31 +29,31 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm.allreduce import ALGORITHMS, allreduce
+from minidist import glove
+from minidist.comm import ALGORITHMS, allreduce
 from minidist.data.cooccur import zipf_cooccurrence
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close, numerical_gradient
 from minidist.labkit.lab02 import run_ranks
-from minidist.models import glove
-from minidist.parallel.glove_sharded import column_bounds
+from minidist.optim.adagrad import adagrad_rows
+from minidist.util import chunk_bounds
 
-LIBRARY_WEIGHTING = ("minidist.models.glove.weighting",)
+LIBRARY_WEIGHTING = ("minidist.glove.model.weighting",)
 LIBRARY_LOSS = (
-    "minidist.models.glove.gather_residuals",
-    "minidist.models.glove.loss",
-    "minidist.models.glove.batch_gradients",
-    "minidist.models.glove.row_gradients",
-    "minidist.models.glove.autograd_loss",
-    "minidist.models.glove.sum_rows",
+    "minidist.glove.gradients.gather_residuals",
+    "minidist.glove.gradients.loss",
+    "minidist.glove.gradients.batch_gradients",
+    "minidist.glove.gradients.row_gradients",
+    "minidist.glove.gradients.autograd_loss",
+    "minidist.glove.vectorised.sum_rows",
 )
-LIBRARY_ADAGRAD = (
-    "minidist.models.glove.adagrad_rows",
-    "minidist.models.glove.apply_gradients",
-    "minidist.models.glove.ReferenceAdaGrad.update",
+LIBRARY_ADAGRAD = (  # md.optim.AdaGrad's update calls the same rule
+    "minidist.optim.adagrad.adagrad_rows",
+    "minidist.glove.training.apply_gradients",
 )
 LIBRARY_SHARDED = (
-    "minidist.parallel.glove_sharded.sharded_step",
-    "minidist.parallel.glove_sharded.train_glove_sharded",
+    "minidist.glove.sharded.sharded_step",
+    "minidist.glove.sharded.train_glove_sharded",
 )
 
 
@@ -153,7 +153,7 @@ def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, s
     for step in range(1, steps + 1):
         rows = rng.choice(vocab_size, rng.integers(1, vocab_size), replace=False)  # unsorted
         grad = 3.0 * rng.standard_normal((len(rows), dim + 1))
-        glove.adagrad_rows(expected, expected_sq, rows, grad, eta)
+        adagrad_rows(expected, expected_sq, rows, grad, eta)
         before, before_sq = table.copy(), gradsq.copy()
         with blocked(*block):
             adagrad_step(table, gradsq, rows.copy(), grad.copy(), eta)
@@ -194,14 +194,14 @@ def allreduce_traffic(world_size: int, length: int) -> dict[str, list[tuple[int,
 def check_sharded_dots(sharded_dots: Callable[..., Any], world_size: int, vocab_size: int,
                        dim: int, batch_size: int, seed: int = 0,
                        block: tuple[str, ...] = LIBRARY_SHARDED) -> None:
-    """Rank r holds columns lo_r:hi_r (``column_bounds``) of two (V, d) tables; every rank
+    """Rank r holds columns lo_r:hi_r (``chunk_bounds``) of two (V, d) tables; every rank
     must return all B dot products, having sent what one allreduce of B numbers sends."""
     __tracebackhide__ = True
     what = f"sharded_dots, P = {world_size}, d = {dim}, B = {batch_size}"
     rng = np.random.default_rng(seed)
     word, context = rng.standard_normal((2, vocab_size, dim))
     row, col = rng.integers(0, vocab_size, (2, batch_size))
-    bounds = column_bounds(dim, world_size)
+    bounds = chunk_bounds(dim, world_size)
 
     def body(c: Any) -> np.ndarray:
         lo, hi = bounds[c.rank]

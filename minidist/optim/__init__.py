@@ -5,15 +5,19 @@
 
 ``optimizer.py`` has the loop every optimiser shares; one file per method
 (``sgd.py``, ``adam.py``, ``adagrad.py``, ``lookahead.py``) gives its update
-rule with the formula; ``schedules.py`` changes ``lr`` over time.
+rule with the formula (``adagrad_rows``, AdaGrad's, also updates the rows a GloVe
+batch touched); ``schedules.py`` changes ``lr`` over time.
 """
 
 from minidist.optim import schedules
-from minidist.optim.adagrad import AdaGrad
+from minidist.optim.adagrad import AdaGrad, adagrad_rows
 from minidist.optim.adam import Adam
 from minidist.optim.lookahead import Lookahead
 from minidist.optim.optimizer import Optimizer
 from minidist.optim.schedules import LRScheduler
 from minidist.optim.sgd import SGD
 
-__all__ = ["SGD", "AdaGrad", "Adam", "LRScheduler", "Lookahead", "Optimizer", "schedules"]
+__all__ = [
+    "SGD", "AdaGrad", "adagrad_rows", "Adam", "LRScheduler", "Lookahead", "Optimizer",
+    "schedules",
+]

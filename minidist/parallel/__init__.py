@@ -1,8 +1,22 @@
-"""Parallel training strategies (Lectures 4-7): each trains the course's models on P workers."""
+"""Parallel training machinery (Lectures 4-7): data parallelism with buckets, Hogwild's
+shared memory and worker processes. GloVe's strategies live with GloVe, in ``minidist.glove``."""
+
+from importlib import import_module
+from typing import Any
 
 from minidist.parallel.ddp import DataParallel
-from minidist.parallel.glove_ddp import train_glove_ddp
-from minidist.parallel.glove_sharded import train_glove_sharded
-from minidist.parallel.hogwild import train_hogwild
+from minidist.parallel.hogwild import HogwildRun, SharedArrays, run_hogwild
 
-__all__ = ["DataParallel", "train_glove_ddp", "train_glove_sharded", "train_hogwild"]
+__all__ = ["DataParallel", "HogwildRun", "SharedArrays", "run_hogwild"]
+
+# Old names of GloVe's trainers, resolved on first use (minidist.glove builds on this package).
+_MOVED = {"train_glove_ddp": "minidist.glove.ddp", "train_glove_sharded": "minidist.glove.sharded",
+          "train_hogwild": "minidist.glove.hogwild", "glove_ddp": "minidist.glove.ddp",
+          "glove_sharded": "minidist.glove.sharded"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = import_module(_MOVED[name])
+    return module if name.startswith("glove_") else getattr(module, name)

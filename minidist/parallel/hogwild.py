@@ -1,43 +1,34 @@
-"""Hogwild! (Niu, Recht, Ré & Wright, 2011): P processes update one model, with no locks.
+"""Hogwild! (Niu, Recht, Ré & Wright, 2011): P processes update shared arrays, with no locks.
 
-Every worker process reads rows of the shared model, computes gradients on
-its own records and writes the rows back, while the others do the same. Two
+Every worker process reads rows of a shared model, computes gradients on
+its own data and writes the rows back, while the others do the same. Two
 workers may update the same row at the same moment; then one update can be
 lost or mixed with the other. No lock prevents it: with sparse updates
 (a GloVe batch touches a few thousand of the V rows) collisions are rare
-but on the commonest words, and stochastic gradient descent shrugs off the noise they add. glove.c
-trains exactly this way with threads ("lock-free asynchronous SGD").
+but on the commonest words, and stochastic gradient descent shrugs off the
+noise they add. glove.c trains exactly this way with threads ("lock-free
+asynchronous SGD"); ``minidist.glove.hogwild`` is its GloVe worker.
 
-Processes rather than threads, because Python runs one thread's bytecode
-at a time; the model lives once, in OS shared memory
-(``multiprocessing.shared_memory``: a named block under /dev/shm that
-every process maps into its own address space). The word and context
-tables, their AdaGrad sums and the training records all sit there; each
-worker sees them as numpy arrays and trains with the vectorised GloVe
-trainer of ``minidist.models.glove``, unchanged.
+This file is the machinery, for any model. Processes rather than threads,
+because Python runs one thread's bytecode at a time; the arrays live once,
+in OS shared memory (``multiprocessing.shared_memory``: a named block under
+/dev/shm that every process maps into its own address space), and each
+worker sees them as numpy arrays. ``run_hogwild`` copies the arrays in,
+starts P workers running ``target(shared, rank, P, sync, *args)`` and
+collects their reports; each worker's epochs go:
 
-One epoch, in four phases:
-
-1. The workers meet at a barrier: the epoch starts.
-2. Every worker draws the same permutation of the records (seed, epoch)
-   and takes its block of it: worker k of P trains on the k-th of P
-   disjoint shards, so together they make one pass, as one process would.
-3. Each trains on its shard in mini-batches, writing straight into the
-   shared tables.
-4. Each sends (epoch, its summed cost, start and end times) to the parent,
-   which prints the epoch's cost once all P have reported.
-
-Cost per epoch: nnz / P records per worker, no messages but one per
-worker; the only contention is on memory bandwidth and on rows touched by
-two workers at once. With workers=1 the run is exactly ``minidist.models.glove.train``'s.
+1. ``sync.begin(epoch)``: the workers meet at a barrier, the epoch starts;
+2. the worker trains on its part, writing straight into the shared arrays;
+3. ``sync.report(epoch, value)``: (epoch, value, start and end times) to the
+   parent, which adds up the P values of an epoch once all have reported.
 
 Cleanup: whatever happens (a worker's exception or death, a timeout,
 Ctrl-C), the parent ends its workers (terminate, then kill) and unlinks
 every shared block in a ``finally``; it checks every fraction of a second
 that its workers are alive, so a crash is reported at once, with the
-worker's traceback. Workers start with "spawn" (a fresh interpreter): a
-script that calls ``train_hogwild`` must guard its main code with
-``if __name__ == "__main__":``.
+worker's traceback. Workers start with "spawn" (a fresh interpreter that
+imports ``target`` by its module's name): a script that calls
+``run_hogwild`` must guard its main code with ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -47,17 +38,12 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
-
-from minidist.models.glove import ETA, GloVe, Records, epoch_order, train_epoch
-
-MODEL_FIELDS = ("word", "context", "word_gradsq", "context_gradsq")
-RECORD_FIELDS = ("row", "col", "weight", "log_x")
 
 
 class SharedArrays:
@@ -107,12 +93,38 @@ class SharedArrays:
         self.blocks.clear()
 
 
-def _worker(rank: int, workers: int, spec: dict, epochs: int, batch_size: int, eta: float,
-            seed: int, barrier: Any, reports: Any) -> None:
-    """A worker process: attach the shared arrays, train its shard of every epoch."""
+class EpochSync:
+    """A worker's link to the others and to the parent: start epochs together, report them."""
+
+    def __init__(self, barrier: Any, reports: Any) -> None:
+        self.barrier, self.reports, self.started = barrier, reports, 0.0
+
+    def begin(self, epoch: int) -> None:
+        """Wait until every worker is ready for ``epoch``."""
+        self.barrier.wait()
+        self.started = time.monotonic()
+
+    def report(self, epoch: int, value: float) -> None:
+        """Tell the parent this worker finished ``epoch``, with its share ``value``."""
+        self.reports.put(("epoch", epoch, value, self.started, time.monotonic()))
+
+
+@dataclass
+class HogwildRun:
+    """Per epoch: the workers' reported values added up (for GloVe, the cost per record)
+    and the seconds from the first worker's start to the last one's end."""
+
+    costs: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    startup_seconds: float = 0.0
+
+
+def _worker(target: Callable[..., None], rank: int, workers: int, spec: dict, barrier: Any,
+            reports: Any, args: tuple) -> None:
+    """A worker process: attach the shared arrays, run ``target``, report a failure."""
     shared = SharedArrays.attach(spec)
     try:
-        _train_shards(shared, rank, workers, epochs, batch_size, eta, seed, barrier, reports)
+        target(shared, rank, workers, EpochSync(barrier, reports), *args)
     except threading.BrokenBarrierError:
         pass  # another worker failed: the parent reports it
     except BaseException:
@@ -122,51 +134,29 @@ def _worker(rank: int, workers: int, spec: dict, epochs: int, batch_size: int, e
         shared.close()
 
 
-def _train_shards(shared: SharedArrays, rank: int, workers: int, epochs: int, batch_size: int,
-                  eta: float, seed: int, barrier: Any, reports: Any) -> None:
-    model = GloVe(*(shared[name] for name in MODEL_FIELDS))       # views of shared memory
-    records = Records(*(shared[name] for name in RECORD_FIELDS))
-    for epoch in range(epochs):
-        barrier.wait()                                                    # 1. start
-        begin = time.monotonic()
-        order = epoch_order(len(records), seed, epoch)
-        shard = records.take(np.array_split(order, workers)[rank])        # 2. my block
-        cost = train_epoch(model, shard, None, batch_size, eta)           # 3. lock-free
-        reports.put(("epoch", epoch, cost * len(shard), begin, time.monotonic()))  # 4.
+def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: int,
+                epochs: int, written: Sequence[str], args: tuple = (), timeout: float = 300.0,
+                on_epoch: Callable[[int, float], None] | None = None) -> HogwildRun:
+    """Run ``target`` on ``workers`` processes sharing ``arrays``; copy ``written`` back.
 
-
-@dataclass
-class HogwildRun:
-    """Cost per epoch (glove.c's J / 2 per record) and seconds per epoch."""
-
-    costs: list[float] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    startup_seconds: float = 0.0
-
-
-def train_hogwild(model: GloVe, records: Records, workers: int = 2, epochs: int = 1,
-                  batch_size: int = 4096, eta: float = ETA, seed: int = 0,
-                  timeout: float = 300.0,
-                  on_epoch: Callable[[int, float], None] | None = None) -> HogwildRun:
-    """Train ``model`` in place with ``workers`` lock-free processes; returns costs and times.
-
-    An epoch's time runs from the first worker's start to the last one's end.
-    ``on_epoch(epoch, cost)`` is called after each epoch. The whole run must
-    end within ``timeout`` seconds, else it is stopped and TimeoutError raised.
+    ``target`` (a module-level function) reports each of ``epochs`` epochs
+    once per worker through its ``sync``. ``on_epoch(epoch, value)`` is
+    called as each epoch completes. The whole run must end within
+    ``timeout`` seconds, else it is stopped and TimeoutError raised; the
+    arrays are copied back only when every worker succeeded.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     context = mp.get_context("spawn")
     started = time.monotonic()
-    shared = SharedArrays.create({**model.arrays(),
-                                  **{name: getattr(records, name) for name in RECORD_FIELDS}})
+    shared = SharedArrays.create(arrays)
     processes: list[Any] = []
     try:
         barrier = context.Barrier(workers, timeout=timeout)
         reports = context.Queue()
         processes = [context.Process(target=_worker, daemon=True, name=f"hogwild-{rank}",
-                                     args=(rank, workers, shared.spec(), epochs, batch_size,
-                                           eta, seed, barrier, reports))
+                                     args=(target, rank, workers, shared.spec(), barrier,
+                                           reports, args))
                      for rank in range(workers)]
         for process in processes:
             process.start()
@@ -176,16 +166,16 @@ def train_hogwild(model: GloVe, records: Records, workers: int = 2, epochs: int 
             while len(arrived.get(epoch, ())) < workers:
                 report = _next_report(reports, processes, started + timeout)
                 arrived.setdefault(report[1], []).append(report)
-            shards = arrived.pop(epoch)
-            begin, end = min(r[3] for r in shards), max(r[4] for r in shards)
+            shares = arrived.pop(epoch)
+            begin, end = min(r[3] for r in shares), max(r[4] for r in shares)
             if epoch == 0:
                 run.startup_seconds = begin - started
             run.seconds.append(end - begin)
-            run.costs.append(sum(r[2] for r in shards) / max(len(records), 1))
+            run.costs.append(sum(r[2] for r in shares))
             if on_epoch is not None:
                 on_epoch(epoch, run.costs[-1])
-        for name in MODEL_FIELDS:
-            getattr(model, name)[...] = shared[name]
+        for name in written:
+            arrays[name][...] = shared[name]
         return run
     finally:
         try:
@@ -223,3 +213,11 @@ def _stop(processes: list[Any]) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def __getattr__(name: str) -> Any:
+    """``train_hogwild``, GloVe's trainer, moved to ``minidist.glove``; old imports still work."""
+    if name == "train_hogwild":
+        from minidist.glove.hogwild import train_hogwild
+        return train_hogwild
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,65 @@
+"""GloVe word vectors, in one place (Lab 5). Read in this order:
+
+    model.py       the tables [w_i, b_i], the records X_ij, the weighting f
+    gradients.py   J / 2 on a batch and its gradients, for the rows it touched   (Task 2)
+    training.py    the update of one batch, then one training loop for every strategy
+    sharded.py     strategy: every vector's dimensions split over P ranks        (Task 4)
+    ddp.py         strategy: every batch split over P ranks, touched rows exchanged
+    hogwild.py     strategy: P processes, one shared model, no locks            (Task 5)
+    vectorised.py  what makes the batch step fast in numpy, explained once
+    io.py          the GloVe text format;   evaluate.py  neighbours, analogies, similarity
+
+AdaGrad, glove.c's convention (Task 3), is ``minidist.optim.adagrad_rows``,
+the rule ``md.optim.AdaGrad`` also uses.
+
+    from minidist import glove
+    records = glove.Records.from_counts(counts.row, counts.col, counts.val)
+    model = glove.GloVe.create(vocab_size, dim=50)
+    costs = glove.train(model, records, epochs=10)                  # one process
+    glove.train_hogwild(model, records, workers=2, epochs=10)       # lock-free processes
+    md.launch(glove.train_glove_sharded, world_size=2, args=(model, records, 10))
+
+(``minidist.models.glove`` and ``minidist.models.glove_eval``, the old paths,
+still import this package and ``evaluate``.)
+"""
+
+from minidist.glove.ddp import SparseDDP, sparse_ddp_step, train_glove_ddp
+from minidist.glove.evaluate import analogy_accuracy, nearest_neighbours, similarity_spearman
+from minidist.glove.gradients import (
+    SparseGradients,
+    autograd_loss,
+    batch_gradients,
+    gather_residuals,
+    loss,
+    row_gradients,
+)
+from minidist.glove.hogwild import HogwildWorker, train_hogwild
+from minidist.glove.io import load_vectors, save_vectors
+from minidist.glove.model import ALPHA, ETA, X_MAX, GloVe, Records, weighting
+from minidist.glove.sharded import Sharded, shard, sharded_step, train_glove_sharded
+from minidist.glove.training import (
+    Strategy,
+    apply_gradients,
+    epoch_order,
+    fit,
+    run_epoch,
+    step,
+    train,
+    train_epoch,
+)
+from minidist.glove.vectorised import sum_rows
+from minidist.optim.adagrad import adagrad_rows
+from minidist.parallel.hogwild import HogwildRun
+
+__all__ = [
+    "ALPHA", "ETA", "X_MAX", "GloVe", "Records", "weighting",
+    "SparseGradients", "autograd_loss", "batch_gradients", "gather_residuals", "loss",
+    "row_gradients", "sum_rows", "adagrad_rows",
+    "Strategy", "apply_gradients", "epoch_order", "fit", "run_epoch", "step", "train",
+    "train_epoch",
+    "Sharded", "shard", "sharded_step", "train_glove_sharded",
+    "SparseDDP", "sparse_ddp_step", "train_glove_ddp",
+    "HogwildRun", "HogwildWorker", "train_hogwild",
+    "load_vectors", "save_vectors", "analogy_accuracy", "nearest_neighbours",
+    "similarity_spearman",
+]
