@@ -10,8 +10,8 @@ the quantity, the first wrong position and both values::
 differences of its own forward, in float64; it calls ``forward``/``backward``
 directly, so it needs no other part of the autograd engine (each task is
 checkable alone). ``task`` wraps a group of checks: it prints one line when
-they all pass and turns any exception raised by the student's code into one
-sentence.
+they all pass and turns any failure, or any exception raised by the student's
+code, into one sentence that starts with the task's name.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def task(name: str) -> Iterator[None]:
     __tracebackhide__ = True
     try:
         yield
-    except CheckFailed:
-        raise
+    except CheckFailed as failure:  # the same "Task N: ..." prefix as the line printed on a pass
+        raise CheckFailed(f"{name}: {failure}") from None
     except NotImplementedError as error:
         if type(error).__name__ == "BlockedError":
             raise CheckFailed(f"{name}: {error}") from None
