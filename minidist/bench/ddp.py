@@ -48,9 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import Communicator, world
-from minidist.comm.allreduce import allreduce
-from minidist.comm.world import running_under_mpi
+from minidist.comm import Communicator, allreduce, world
+from minidist.comm.transport.world import running_under_mpi
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD

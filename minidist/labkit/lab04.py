@@ -3,20 +3,23 @@
 Each check runs the function under test on P in-process ranks
 (:func:`~minidist.labkit.lab02.run_ranks`), with the library's own data
 parallelism **blocked** (:data:`LIBRARY_DATA_PARALLEL`: ``DataParallel``,
-its bucket planner and buckets, its parameter broadcast), and compares with a
-single-process reference computed by the check before anything is blocked:
+its bucket planner, buckets and reducer, its parameter broadcast), and
+compares with a single-process reference computed before anything is blocked.
+Each claim a task's text makes about its answer is one check, with a
+sentence that names the claim:
 
 1. averaged gradients: every rank's ``p.grad`` equals the gradient of the
-   mean loss over the *global* batch (all ranks' samples), from one process;
-2. buckets: the plan equals the library's planner's, the averages as in 1,
-   and the transport's counters equal those of one ``comm.allreduce`` per
-   bucket (an answer with one allreduce per tensor sends more messages);
-3. equivalence: P ranks with batch b, k SGD steps, end with the parameters
-   one process reaches with batch P·b; each rank starts from *different*
-   weights (so rank 0's must be broadcast) and may read only b rows a step;
+   mean loss over the *global* batch, from one process; the traffic is that
+   of one ``comm.allreduce`` per parameter;
+2. buckets: the plan has each property the text lists (each tensor once,
+   last first, one dtype per bucket, capacities, closed only when full) and
+   then equals the library's planner's; the averages keep their dtype; the
+   traffic is that of one ``comm.allreduce`` per bucket;
+3. equivalence: P ranks with batch b, k SGD steps, end with the weights one
+   process reaches with batch P·b (each rank starts from *different*
+   weights, so rank 0's must be broadcast) and read only b rows a step;
 4. learning-rate schedule: values against ``optim.schedules.linear_scaling``;
-5. straggler: a plausibility check of a recorded timeline (the slow rank
-   computes longer, everyone else waits about as long).
+5. straggler (``lab04_straggler.py``): a trace on the modelled clock, exact.
 
 The library's ``comm.allreduce`` and ``comm.broadcast`` stay allowed: this
 lab is about *using* the collective (Lab 3 was about writing it).
@@ -39,12 +42,11 @@ from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
 from minidist.optim.schedules import linear_scaling
 from minidist.parallel.buckets import plan_buckets as library_planner
-from minidist.parallel.timing import KINDS, LANES
 
 LIBRARY_DATA_PARALLEL = (
     "minidist.parallel.ddp.DataParallel.forward",  # __init__ calls super(): not blockable
-    "minidist.parallel.ddp.DataParallel._reduce",
-    "minidist.parallel.ddp.broadcast_parameters",
+    "minidist.parallel.overlap.Reducer.__init__",
+    "minidist.parallel.replicas.broadcast_parameters",
     "minidist.parallel.buckets.plan_buckets",
     "minidist.parallel.buckets.Bucket.__init__",
 )
@@ -54,7 +56,6 @@ LIBRARY_SCHEDULES = (
     "minidist.optim.schedules.with_warmup",
     "minidist.optim.schedules.linear_warmup",
 )
-MB = 1 << 20
 
 
 class CountingMLP(MLP):
@@ -82,7 +83,7 @@ def mean_loss(model: Any, x: np.ndarray, y: np.ndarray) -> Any:
 
 def reference_average(model: Any, c: Any) -> None:
     """Task 1's answer, given to later tasks so they do not depend on yours: each gradient
-    summed over the ranks with ``comm.allreduce``, divided by P, in place."""
+    summed over the ranks with ``comm.allreduce``, divided by P."""
     for p in model.parameters():
         # communication: this parameter's gradient, summed over all ranks
         p.grad = allreduce(p.grad, c) / c.size
@@ -101,12 +102,37 @@ def expect_same_arrays(what: str, got: list[Any], expected: list[np.ndarray],
         expect_close(f"{what} of parameter {i}", g, e, rtol=rtol, atol=atol)
 
 
+def traffic_of_allreduces(world_size: int, buffers: list[tuple[int, Any]],
+                          check: bool) -> list[tuple[int, int]]:
+    """Each rank's (messages, bytes) sent by one ``comm.allreduce`` per (length, dtype)."""
+    def body(c: Any) -> None:
+        for n, dtype in buffers:
+            allreduce(np.zeros(n, dtype=dtype), c, check=check)
+
+    return [(s.messages_sent, s.bytes_sent) for s in run_ranks(body, world_size, "", ())[1]]
+
+
+def expect_allreduces(what: str, stats: list[Any], buffers: list[tuple[int, Any]],
+                      one_per: str, instead: str = "") -> None:
+    """Each rank sent what one default ``comm.allreduce`` per buffer sends (with or without
+    its agreement check)."""
+    __tracebackhide__ = True
+    got = [(s.messages_sent, s.bytes_sent) for s in stats]
+    options = [traffic_of_allreduces(len(stats), buffers, check) for check in (True, False)]
+    r = next((r for r in range(len(stats)) if got[r] != options[0][r]), 0)  # first odd rank
+    expect(got in options, f"{what}: rank {r} sent {got[r][0]} messages, {got[r][1]} bytes; "
+           f"one comm.allreduce (default arguments) per {one_per} ({len(buffers)} of "
+           f"{[n for n, _ in buffers]} values) sends {options[0][r][0]} messages, "
+           f"{options[0][r][1]} bytes{instead}")
+
+
 # --- Task 1: average the gradients after backward ------------------------------------------
 def check_average_gradients(average_gradients: Callable[[Any, Any], None], world_size: int,
                             batch_per_rank: int, sizes: list[int], seed: int = 0,
                             block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> None:
     """Rank r runs backward on rows r·b..(r+1)·b-1, then ``average_gradients(model, c)``:
-    every rank's gradients must be one process's on all P·b rows."""
+    every rank's gradients must be one process's on all P·b rows, with the traffic of
+    one ``comm.allreduce`` per parameter."""
     __tracebackhide__ = True
     what = f"average_gradients, P = {world_size}, b = {batch_per_rank}, MLP {sizes}"
     x, y = make_data(world_size * batch_per_rank, sizes, seed)
@@ -120,92 +146,102 @@ def check_average_gradients(average_gradients: Callable[[Any, Any], None], world
         average_gradients(model, c)
         return grads_of(model.parameters())
 
-    results, _ = run_ranks(body, world_size, what, block)
+    results, stats = run_ranks(body, world_size, what, block)
     for rank, grads in enumerate(results):
         expect_same_arrays(f"{what}: rank {rank}'s averaged gradient", grads,
                            grads_of(reference.parameters()))
+    expect_allreduces(what, stats, [(p.size, p.dtype) for p in reference.parameters()],
+                      "parameter")
 
 
 # --- Task 2: buckets -----------------------------------------------------------------------
-def fake_params(shapes: list[tuple[int, ...]], grads: np.ndarray | None = None) -> list[Any]:
-    """Tensors of ``shapes`` (float64) whose ``.grad`` is cut from the flat ``grads``."""
-    params, offset = [], 0
-    for shape in shapes:
-        p = Tensor(np.zeros(shape), requires_grad=True)
-        if grads is not None:
-            p.grad = grads[offset:offset + p.size].reshape(shape).copy()
-            offset += p.size
-        params.append(p)
+def fake_params(shapes: list[tuple[int, ...]], dtypes: list[str] | None = None,
+                grads: list[np.ndarray] | None = None) -> list[Any]:
+    """Tensors of ``shapes`` and ``dtypes`` (default float64), ``.grad`` from ``grads``."""
+    dtypes = dtypes or ["float64"] * len(shapes)
+    params = [Tensor(np.zeros(shape, dtype=dtype), requires_grad=True)
+              for shape, dtype in zip(shapes, dtypes, strict=True)]
+    for p, grad in zip(params, grads or [], strict=False):
+        p.grad = grad.reshape(p.shape).copy()
     return params
 
 
-def library_plan(shapes: list[tuple[int, ...]], bucket_bytes: int) -> list[list[int]]:
-    """The library's plan with one capacity of ``bucket_bytes`` for every bucket."""
-    return library_planner(fake_params(shapes), bucket_bytes / MB, bucket_bytes / MB)
-
-
-def check_bucket_plan(plan_buckets: Callable[[list[Any], int], list[list[int]]],
+def check_bucket_plan(plan_buckets: Callable[..., list[list[int]]],
                       shapes: list[tuple[int, ...]], bucket_bytes: int,
+                      first_bucket_bytes: int | None = None, dtypes: list[str] | None = None,
                       block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> None:
-    """The plan of float64 tensors of ``shapes`` must be the library's, bucket by bucket."""
+    """The plan of tensors of ``shapes`` (and ``dtypes``): each property of the text, then
+    the library's plan, bucket by bucket."""
     __tracebackhide__ = True
-    what = f"plan_buckets, {len(shapes)} tensors of {shapes}, B = {bucket_bytes} bytes"
-    expected = library_plan(shapes, bucket_bytes)
+    params = fake_params(shapes, dtypes)
+    first = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    what = (f"plan_buckets, {len(shapes)} tensors of {[p.data.nbytes for p in params]} bytes"
+            + (f" ({', '.join(dtypes)})" if dtypes else "")
+            + f", bucket_bytes = {bucket_bytes}"
+            + ("" if first_bucket_bytes is None else f", first_bucket_bytes = {first}"))
+    expected = library_planner(params, bucket_bytes, first_bucket_bytes)
+    extra = () if first_bucket_bytes is None else (first_bucket_bytes,)
     with blocked(*block):
-        got = plan_buckets(fake_params(shapes), bucket_bytes)
+        got = plan_buckets(params, bucket_bytes, *extra)
     got = [[int(i) for i in bucket] for bucket in got]
-    for k, (g, e) in enumerate(zip(got, expected, strict=False)):
-        expect(g == e, f"{what}: bucket {k} holds tensors {g}, expected {e} (buckets fill "
-               "from the last tensor backwards, a new one when the next would not fit)")
-    expect(len(got) == len(expected), f"{what}: {len(got)} buckets, expected {len(expected)}: "
-           f"{expected}")
+    flat = [i for bucket in got for i in bucket]
+    expect(sorted(flat) == list(range(len(params))), f"{what}: the buckets {got} must hold "
+           f"each tensor index 0..{len(params) - 1} exactly once")
+    expect(flat == sorted(flat, reverse=True), f"{what}: the buckets {got} are not filled "
+           "from the last tensor backwards (backward produces the last layer's gradients "
+           f"first): expected {expected}")
+    for k, bucket in enumerate(got):
+        kinds = sorted({str(params[i].dtype) for i in bucket})
+        expect(len(kinds) == 1, f"{what}: bucket {k} mixes dtypes {kinds}; a bucket holds "
+               "one dtype (its flat buffer has one), so a tensor of another dtype closes it")
+        size = sum(params[i].data.nbytes for i in bucket)
+        capacity, name = (first, "the first bucket") if k == 0 else (bucket_bytes, f"bucket {k}")
+        expect(len(bucket) == 1 or size <= capacity, f"{what}: {name} holds {size} bytes, "
+               f"more than its capacity of {capacity} (first_bucket_bytes for the first "
+               "bucket, bucket_bytes for the others)")
+    expect(got == expected, f"{what}: the buckets are {got}, expected {expected}: close a "
+           "bucket only when the next tensor would take it past its capacity (or has "
+           "another dtype)")
 
 
-def traffic_of_allreduces(world_size: int, lengths: list[int], check: bool) -> list[Any]:
-    """Each rank's counters after one ``comm.allreduce`` of each float64 length."""
-    def body(c: Any) -> None:
-        for n in lengths:
-            allreduce(np.zeros(n), c, check=check)
-
-    return run_ranks(body, world_size, "reference allreduces", ())[1]
-
-
-def check_bucketed_allreduce(allreduce_in_buckets: Callable[[list[Any], Any, int], None],
-                             world_size: int, shapes: list[tuple[int, ...]],
-                             bucket_bytes: int, seed: int = 0,
+def check_bucketed_allreduce(allreduce_in_buckets: Callable[..., None], world_size: int,
+                             shapes: list[tuple[int, ...]], bucket_bytes: int,
+                             first_bucket_bytes: int | None = None,
+                             dtypes: list[str] | None = None, seed: int = 0,
                              block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> None:
-    """Every ``p.grad`` becomes the mean over the ranks, with one allreduce per bucket.
-
-    Traffic: each rank's messages and bytes sent equal those of one default
-    ``comm.allreduce`` (with or without its agreement check) per bucket of the plan.
-    """
+    """Every ``p.grad`` becomes the mean over the ranks, keeps its dtype, and each rank's
+    messages and bytes are those of one default ``comm.allreduce`` per bucket of the plan."""
     __tracebackhide__ = True
-    what = (f"allreduce_in_buckets, P = {world_size}, {len(shapes)} tensors, "
-            f"B = {bucket_bytes} bytes")
-    total = sum(int(np.prod(s)) for s in shapes)
-    grads = np.random.default_rng(seed).standard_normal((world_size, total))
-    plan = library_plan(shapes, bucket_bytes)
-    sizes = [int(np.prod(s)) for s in shapes]
-    lengths = [sum(sizes[i] for i in bucket) for bucket in plan]
-    expected = [traffic_of_allreduces(world_size, lengths, check) for check in (True, False)]
-    per_tensor = traffic_of_allreduces(world_size, sizes, True)
+    what = (f"allreduce_in_buckets, P = {world_size}, {len(shapes)} tensors, bucket_bytes = "
+            f"{bucket_bytes}" + ("" if first_bucket_bytes is None else
+                                 f", first_bucket_bytes = {first_bucket_bytes}"))
+    rng = np.random.default_rng(seed)
+    params = fake_params(shapes, dtypes)
+    grads = [[rng.standard_normal(p.shape).astype(p.dtype) for p in params]
+             for _ in range(world_size)]
+    plan = library_planner(params, bucket_bytes, first_bucket_bytes)
+    buffers = [(sum(params[i].size for i in bucket), params[bucket[0]].dtype) for bucket in plan]
+    extra = () if first_bucket_bytes is None else (first_bucket_bytes,)
 
     def body(c: Any) -> list[np.ndarray]:
-        params = fake_params(shapes, grads[c.rank])
-        allreduce_in_buckets(params, c, bucket_bytes)
-        return grads_of(params)
+        mine = fake_params(shapes, dtypes, grads[c.rank])
+        allreduce_in_buckets(mine, c, bucket_bytes, *extra)
+        return grads_of(mine)
 
     results, stats = run_ranks(body, world_size, what, block)
-    mean = fake_params(shapes, grads.mean(axis=0))
     for rank, got in enumerate(results):
-        expect_same_arrays(f"{what}: rank {rank}'s averaged gradient", got, grads_of(mean))
-    got = [(s.messages_sent, s.bytes_sent) for s in stats]
-    options = [[(s.messages_sent, s.bytes_sent) for s in e] for e in expected]
-    r = next((r for r in range(world_size) if got[r] != options[0][r]), 0)  # first odd rank
-    expect(got in options, f"{what}: rank {r} sent {got[r][0]} messages, {got[r][1]} bytes; "
-           f"one comm.allreduce per bucket ({len(plan)} bucket(s) of {lengths} values) sends "
-           f"{options[0][r][0]} messages, {options[0][r][1]} bytes (one per tensor would send "
-           f"{per_tensor[r].messages_sent})")
+        for i, (g, p) in enumerate(zip(got, params, strict=True)):
+            expect(g is None or g.dtype == p.dtype, f"{what}: rank {rank}'s p.grad of "
+                   f"parameter {i} is {g.dtype if g is not None else None}, but its "
+                   f"parameter is {p.dtype}: the average keeps the gradient's dtype")
+        mean = [np.mean([grads[r][i].astype(np.float64) for r in range(world_size)], axis=0)
+                for i in range(len(params))]
+        single = any(p.dtype == np.float32 for p in params)
+        expect_same_arrays(f"{what}: rank {rank}'s averaged gradient", got, mean,
+                           rtol=1e-5 if single else 1e-9, atol=1e-6 if single else 1e-12)
+    per_tensor = traffic_of_allreduces(world_size, [(p.size, p.dtype) for p in params], True)
+    expect_allreduces(what, stats, buffers, "bucket",
+                      f" (one per tensor would send {per_tensor[0][0]} from rank 0)")
 
 
 # --- Task 3: P ranks with batch b equal one process with batch P·b -------------------------
@@ -259,46 +295,3 @@ def check_lr_schedule(warmup_lr: Callable[[int, float, int, int, int], float],
             expect_close(f"warmup_lr(step={step}, base_lr={base_lr:g}, base_batch={base_batch},"
                          f" batch={batch}, warmup_steps={warmup})", float(got), lr, rtol=1e-9,
                          atol=1e-15)
-
-
-# --- Task 5: a straggler --------------------------------------------------------------------
-def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank: int,
-                    delay: float, steps: int = 3, sizes: tuple[int, ...] = (6, 8, 3),
-                    block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> list[Any]:
-    """``timed_steps(c, model, x, y, steps, slow_rank, delay, average)`` returns a trace
-    ``[(kind, lane, start, end), ...]``. Plausible: ``steps`` compute intervals per rank; the
-    slow rank's compute at least ``steps·delay``; every other rank waits (wait + comm) at
-    least half of that, the slow rank less than half; every rank ends with the same
-    weights. Returns the traces (for ``plot_timeline``)."""
-    __tracebackhide__ = True
-    what = f"timed_steps, P = {world_size}, rank {slow_rank} {delay:g} s slower per step"
-    x, y = make_data(world_size * 4, list(sizes), seed=world_size)
-
-    def body(c: Any) -> tuple[list[Any], list[np.ndarray]]:
-        model = CountingMLP(list(sizes), seed=0)
-        trace = timed_steps(c, model, x, y, steps, slow_rank, delay, reference_average)
-        return [tuple(i) for i in trace], [np.array(p.data) for p in model.parameters()]
-
-    results, _ = run_ranks(body, world_size, what, block)
-    needed = steps * delay
-    for rank, (trace, params) in enumerate(results):
-        for kind, lane, start, end in trace:
-            expect(kind in KINDS and lane in LANES and 0 <= start <= end,
-                   f"{what}: rank {rank} recorded {(kind, lane, start, end)}; intervals are "
-                   f"(kind in {KINDS}, lane in {LANES}, start, end) with 0 <= start <= end")
-        seconds = {k: sum(e - s for kind, _, s, e in trace if kind == k) for k in KINDS}
-        computes = sum(1 for kind, *_ in trace if kind == "compute")
-        expect(computes == steps, f"{what}: rank {rank} recorded {computes} compute "
-               f"intervals, expected one per step ({steps})")
-        waited = seconds["wait"] + seconds["comm"]
-        if rank == slow_rank:
-            expect(seconds["compute"] >= needed, f"{what}: the slow rank computed for "
-                   f"{seconds['compute']:.3f} s in all, expected at least {needed:.3f} s")
-            expect(waited < needed / 2, f"{what}: the slow rank waited and communicated "
-                   f"{waited:.3f} s; it is the last to arrive and should hardly wait")
-        else:
-            expect(waited >= needed / 2, f"{what}: rank {rank} waited and communicated only "
-                   f"{waited:.3f} s, but the slow rank computed {needed:.3f} s longer")
-        expect_same_arrays(f"{what}: rank {rank}'s weights after training (vs rank 0's)",
-                           params, results[0][1], rtol=0, atol=0)
-    return [trace for trace, _ in results]

@@ -1,0 +1,125 @@
+"""Lab 4, Task 5: a straggler, checked exactly on the in-process transport's modelled clock.
+
+A student's ``timed_steps`` records ``(kind, lane, start, end)`` intervals
+with ``TraceRecorder(c.rank, clock=lambda: c.stats.clock)``. On that clock
+forward and backward take no time, the slow rank's ``c.compute(delay)``
+takes exactly ``delay``, a barrier lets every rank go at the time the last
+one arrives, and an allreduce costs what the network model says. So each
+step's three intervals are known exactly, on any machine, under any load:
+
+- compute: ``delay`` on the slow rank, 0 on the others;
+- wait: from the rank's arrival at the barrier to the last rank's arrival
+  (the slow rank's, ``delay`` after the others'): every rank's wait ends at
+  the same time;
+- comm: the modelled cost of ``average(model, c)``, measured on a fresh run.
+
+Wall-clock timelines are only *shown* (Part B of the lab), never graded:
+on a shared machine they are noisy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from minidist.labkit.checks import expect
+from minidist.labkit.lab02 import run_ranks
+from minidist.labkit.lab04 import (
+    LIBRARY_DATA_PARALLEL,
+    CountingMLP,
+    expect_same_arrays,
+    make_data,
+    mean_loss,
+    reference_average,
+)
+from minidist.optim import SGD
+
+STEP = (("compute", "main"), ("wait", "main"), ("comm", "main"))  # one step's intervals
+ROWS_PER_RANK = 4
+
+
+def modelled_cost_of_average(world_size: int, sizes: list[int], steps: int) -> list[list[float]]:
+    """Per rank, per step: modelled seconds of ``reference_average`` right after a barrier."""
+    def body(c: Any) -> list[float]:
+        model = CountingMLP(sizes, seed=0)
+        mean_loss(model, *make_data(ROWS_PER_RANK, sizes, seed=c.rank)).backward()
+        costs = []
+        for _ in range(steps):
+            c.barrier()
+            start = c.stats.clock
+            reference_average(model, c)
+            costs.append(c.stats.clock - start)
+        return costs
+
+    return run_ranks(body, world_size, "the cost of average", ())[0]
+
+
+def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank: int,
+                    delay: float, steps: int = 3, sizes: tuple[int, ...] = (6, 8, 3),
+                    block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> list[Any]:
+    """``timed_steps(c, model, x, y, steps, slow_rank, delay, average)`` returns a trace
+    ``[(kind, lane, start, end), ...]`` on the modelled clock. Each step: compute, wait,
+    comm, lasting what the module docstring says; every rank ran one forward on its own
+    rows per step and ends with one process's weights. Returns the traces."""
+    __tracebackhide__ = True
+    what = f"timed_steps, P = {world_size}, rank {slow_rank} {delay:g} s slower per step"
+    x, y = make_data(world_size * ROWS_PER_RANK, list(sizes), seed=world_size)
+    reference = CountingMLP(list(sizes), seed=0)  # one process: SGD, lr 0.1, all the rows
+    optimizer = SGD(reference.parameters(), lr=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        mean_loss(reference, x, y).backward()
+        optimizer.step()
+    comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
+
+    def body(c: Any) -> tuple[list[Any], list[np.ndarray], list[int]]:
+        model = CountingMLP(list(sizes), seed=0)
+        trace = timed_steps(c, model, x, y, steps, slow_rank, delay, reference_average)
+        return ([tuple(i) for i in trace], [np.array(p.data) for p in model.parameters()],
+                model.rows_seen)
+
+    results, _ = run_ranks(body, world_size, what, block)
+    traces = [trace for trace, _, _ in results]
+    for rank, trace in enumerate(traces):
+        kinds = [tuple(interval[:2]) for interval in trace]
+        expect(kinds == list(STEP) * steps, f"{what}: rank {rank} recorded {kinds}; each of "
+               f"the {steps} steps records three intervals on lane 'main', in this order: "
+               "compute, wait, comm")
+    # seconds[kind][rank][t] on the modelled clock; each claim is checked on every rank in turn
+    seconds = {kind: [[end - start for k, _, start, end in trace if k == kind]
+                      for trace in traces] for kind, _ in STEP}
+    computes = [[delay if rank == slow_rank else 0.0] * steps for rank in range(world_size)]
+    arrivals = [[start for k, _, start, _ in trace if k == "wait"] for trace in traces]
+    waits = [[max(at[t] for at in arrivals) - mine[t] for t in range(steps)] for mine in arrivals]
+    claims = [
+        ("compute", computes, " on the modelled clock, expected {e:g} s: only the slow rank adds "
+         "c.compute(delay) inside compute (time.sleep does not move the modelled clock; "
+         "record with TraceRecorder(c.rank, clock=lambda: c.stats.clock))"),
+        ("wait", waits, ", expected {e:.9g} s: c.barrier() inside "
+         "wait holds every rank until the last one arrives, the slow rank, delay later"),
+        ("comm", comm_costs, ", expected {e:.9g} s, the modelled cost of one average(model, c): "
+         "call it once per step, inside comm, and nothing else there"),
+    ]
+    for kind, expected, why in claims:
+        for rank, t in itertools.product(range(world_size), range(steps)):
+            got, e = seconds[kind][rank][t], expected[rank][t]
+            expect(_same(got, e), f"{what}: rank {rank}'s {kind} in step {t} lasted {got:.9g} "
+                   f"s{why.format(e=e)}")
+    for rank, (_, _, rows_seen) in enumerate(results):
+        expect(rows_seen == [ROWS_PER_RANK] * steps, f"{what}: rank {rank} ran forward on "
+               f"{rows_seen} rows; each step runs one forward on the rank's own "
+               f"b = len(x) // P = {ROWS_PER_RANK} rows")
+    for rank, (_, params, _) in enumerate(results):
+        expect_same_arrays(f"{what}: rank {rank}'s weights after training (one process: "
+                           f"{steps} SGD steps, lr 0.1, on all rows)", params,
+                           [p.data for p in reference.parameters()])
+    return traces
+
+
+def _same(got: float, expected: float) -> bool:
+    """Equal on the modelled clock, up to the rounding of adding times."""
+    return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
