@@ -106,6 +106,8 @@ def test_matmul_with_constant_operand():
     lambda a: a.reshape(-1),
     lambda a: a.transpose(),
     lambda a: a.transpose(1, 0, 2),
+    lambda a: a.transpose(0, -1, 1),  # negative axes count from the end
+    lambda a: a.transpose(-1, -3, -2),
     lambda a: a.T,
     lambda a: a[1],
     lambda a: a[:, 1:3, ::2],
@@ -184,6 +186,33 @@ def test_backward_with_explicit_gradient_and_retain_graph():
     y.backward(np.ones((2, 2)), retain_graph=True)
     y.backward(np.ones((2, 2)))
     np.testing.assert_allclose(x.grad, 6 * np.ones((2, 2)))
+    seed = np.ones((2, 2))
+    x.backward(seed)  # a leaf keeps a copy, never the caller's array
+    x.grad += 1
+    np.testing.assert_array_equal(seed, np.ones((2, 2)))
+
+
+def test_a_rule_returning_too_few_gradients_is_an_error_naming_it():
+    class HalfMul(md.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a * b
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad  # one gradient for two inputs
+
+    with pytest.raises(RuntimeError, match=r"HalfMul.backward returned 1 gradient\(s\) for 2 "):
+        HalfMul.apply(tensor(3), tensor(3)).sum().backward()
+
+
+def test_requires_grad_set_after_the_forward_gives_no_gradient():
+    w, x = tensor(3), md.Tensor(np.ones(3))
+    y = (x * w + x).sum()
+    x.requires_grad_()  # too late for this graph: it gets no gradient from it
+    y.backward()
+    assert x.grad is None
+    np.testing.assert_array_equal(w.grad, np.ones(3))
 
 
 def test_float32_stays_float32():

@@ -2,21 +2,39 @@
 
 ``pytest -m lab01_adam`` runs the check that grades Task 10 against
 ``md.optim.Adam``: the notebook and the library are held to the same checks.
-Also: the labkit's own behaviour (sentences, ``blocked``).
+The answers of Tasks 7 and 8 are the library's backward pass; the tests at
+the end hold the two texts together. Also: the labkit's own behaviour
+(sentences, ``blocked``, the checks' own failures).
 """
 
 from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import minidist as md
-from minidist.labkit import BlockedError, CheckFailed, blocked, check_backward, expect_close, task
+from minidist.autograd import engine
+from minidist.labkit import (
+    BlockedError,
+    CheckFailed,
+    blocked,
+    check_backward,
+    expect,
+    expect_close,
+    task,
+)
 from minidist.labkit.lab01 import (
-    accuracy,
+    backward_of,
     check_backward_pass,
     check_optimizer,
     check_topological_order,
+    check_training,
 )
 
 rng = np.random.default_rng(0)
@@ -49,6 +67,8 @@ def test_sum_backward():
 @pytest.mark.lab01_backward_relu
 def test_relu_backward():
     check_backward(md.autograd.ReLU, rng.standard_normal((4, 5)), what="ReLU")
+    (at_points,) = backward_of(md.autograd.ReLU, [-1.0, 0.0, 2.0], grad=[5.0, 5.0, 5.0])
+    expect_close("ReLU at -1, 0, 2", at_points, [0.0, 0.0, 5.0])
 
 
 @pytest.mark.lab01_backward_log_softmax
@@ -67,6 +87,8 @@ def test_topological_order():
 def test_backward_pass():
     check_backward_pass(lambda root: root.backward(), lambda a: (a * a * a).sum(),
                         [rng.standard_normal(4)], "(a * a * a).sum()")
+    check_backward_pass(lambda root: root.backward(), lambda a, c: (c * a + a * a * 2 + c).sum(),
+                        [rng.standard_normal(4)], "with a frozen c", frozen=(np.ones(4),))
 
 
 def _sgd_reference(params, lr, momentum):
@@ -113,9 +135,8 @@ def test_adam():
                     lambda ps: _adam_reference(ps, 0.1, (0.5, 0.9), 1e-3), "Adam", steps=6)
 
 
-@pytest.mark.lab01_train_mlp
-def test_train_mlp_reaches_ninety_percent():
-    train, test = md.data.load_digits(test_fraction=0.3, seed=5)
+def train_digits(train):
+    """The solution's answer to Task 11."""
     md.nn.manual_seed(0)
     model = md.nn.MLP([64, 64, 10])
     optimizer = md.optim.Adam(model.parameters(), lr=1e-2)
@@ -127,7 +148,39 @@ def test_train_mlp_reaches_ninety_percent():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    assert accuracy(model, test) >= 0.9
+    return model
+
+
+@pytest.mark.lab01_train_mlp
+def test_train_mlp_reaches_ninety_percent():
+    train, test = md.data.load_digits(test_fraction=0.3, seed=5)
+    assert check_training(train_digits, train, test, "MLP") >= 0.9
+
+
+def test_training_check_names_each_claim():
+    train, test = md.data.load_digits()
+    cases = [(train_digits, 0.0, r"training took [0-9.]+ s, the limit is 0 s"),
+             (lambda data: None, 20, "the function returned NoneType, not a model"),
+             (lambda data: lambda x: x, 20, r"the model maps 2 images to an output of shape "
+                                            r"\(2, 64\), expected \(2, 10\)"),
+             (lambda data: md.nn.MLP([64, 10], rng=0), 20, r"test accuracy .*, needs at least 90%")]
+    for train_fn, limit_s, message in cases:
+        with pytest.raises(CheckFailed, match=f"^digits: {message}"):
+            check_training(train_fn, train, test, "digits", limit_s=limit_s)
+
+
+def test_optimizer_check_wants_updates_in_place():
+    class Replacing:
+        def __init__(self, params):
+            self.params = params
+
+        def step(self):
+            for p in self.params:
+                if p.grad is not None:
+                    p.data = p.data - 0.1 * p.grad
+
+    with pytest.raises(CheckFailed, match=r"step 1 replaced parameter 0's p.data by a new array"):
+        check_optimizer(Replacing, lambda ps: md.optim.SGD(ps, lr=0.1), "SGD")
 
 
 def test_failures_read_as_one_sentence():
@@ -137,6 +190,9 @@ def test_failures_read_as_one_sentence():
     with pytest.raises(CheckFailed, match=r"^Task X: not done yet"):
         with task("Task X"):
             raise NotImplementedError()
+    with pytest.raises(CheckFailed, match=r"^Task Y: the check's own sentence$"):
+        with task("Task Y"):
+            expect(False, "the check's own sentence")
     message = r"^WrongMul: input 1 gradient: differs at \[0\]: got [-0-9.]+, expected "
     with pytest.raises(CheckFailed, match=message):
         class WrongMul(md.autograd.Mul):
@@ -158,3 +214,57 @@ def test_blocked_reaches_aliases_and_restores():
             p.grad = np.ones(2)
             md.optim.Adam([p]).step()
     np.testing.assert_array_equal(alias(np.ones((2, 3)), (3,)), np.full(3, 2.0))
+
+
+# ---- Lab 1's answers to Tasks 7 and 8 are the library's backward pass ------------------------
+
+SOLUTION = Path(__file__).parents[1] / "solutions" / "lab01_autograd" / "lab01_autograd.ipynb"
+
+# Where the library's walk differs from Task 8's answer: each library line and the answer's
+# lines that it stands for. Everything else is the same, line for line.
+BENEATH_THE_WALK = {
+    "grads = {id(root): grad}": ["grads = {id(root): np.ones_like(root.data)}"],
+    "kept = set()": [],
+    "for node in reversed(topological_order(root)):":
+        ["for node in reversed(md.autograd.topological_order(root)):"],
+    "accumulate_grad(node, grad, kept)":
+        ["node.grad = grad.copy() if node.grad is None else node.grad + grad"],
+    "input_grads = apply_rule(node._ctx, grad)":
+        ["input_grads = node._ctx.fn.backward(node._ctx, grad)",
+         "if not isinstance(input_grads, tuple):", "input_grads = (input_grads,)"],
+    "if not retain_graph:": [],
+    "node._ctx, node._freed = None, True": [],
+}
+
+
+def answer_lines(grade_id: str) -> list[str]:
+    """The lines of the solution notebook's answer between BEGIN and END SOLUTION."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    source = next(c["source"] for c in cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    body = source.split("### BEGIN SOLUTION\n")[1].split("### END SOLUTION")[0]
+    return textwrap.dedent(body).strip("\n").splitlines()
+
+
+def body_lines(fn) -> list[str]:
+    """The lines of ``fn``'s body after its docstring."""
+    source = textwrap.dedent(inspect.getsource(fn))
+    first = ast.parse(source).body[0].body[1].lineno  # the statement after the docstring
+    return textwrap.dedent("\n".join(source.splitlines()[first - 1:])).splitlines()
+
+
+def statements(lines: list[str]) -> list[str]:
+    """Lines without indentation, comments or blank lines."""
+    return [line.split("  #")[0].strip() for line in lines
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def test_topological_order_is_the_answer_of_task_7():
+    assert body_lines(engine.topological_order) == answer_lines("answer_topological_order")
+
+
+def test_backward_walk_is_the_answer_of_task_8():
+    library = statements(body_lines(engine.backward))
+    assert set(BENEATH_THE_WALK) <= set(library), "a line of BENEATH_THE_WALK left the library"
+    as_answered = [lab for line in library for lab in BENEATH_THE_WALK.get(line, [line])]
+    assert as_answered == statements(answer_lines("answer_backward_pass"))

@@ -1,5 +1,6 @@
 """Reverse-mode automatic differentiation: Tensor, Function, the backward pass, gradcheck."""
 
+from minidist.autograd.engine import topological_order
 from minidist.autograd.function import Context, Function, is_grad_enabled, no_grad, queue_callback
 from minidist.autograd.gradcheck import gradcheck
 from minidist.autograd.ops import (
@@ -27,7 +28,7 @@ from minidist.autograd.ops_shape import (
     concatenate,
     stack,
 )
-from minidist.autograd.tensor import Tensor, topological_order
+from minidist.autograd.tensor import Tensor
 
 __all__ = [
     "Tensor", "Function", "Context", "no_grad", "is_grad_enabled", "gradcheck",

@@ -62,24 +62,26 @@ def queue_callback(callback) -> None:
 
 
 class Context:
-    """What one application of a Function remembers for its backward."""
+    """What one application of a Function remembers for its backward.
 
-    def __init__(self, fn: type[Function], inputs: tuple[Any, ...]):
+    Which inputs need a gradient is decided at forward time: a tensor that
+    starts to require a gradient later gets none from this graph.
+    """
+
+    def __init__(self, fn: type[Function], inputs: tuple[Any, ...],
+                 needs_input_grad: tuple[bool, ...] | None = None):
+        if needs_input_grad is None:
+            from minidist.autograd.tensor import Tensor
+
+            needs_input_grad = tuple([isinstance(x, Tensor) and x.requires_grad for x in inputs])
         self.fn = fn
         self.inputs = inputs  # Tensors (graph parents) and plain constants, in call order
+        self.needs_input_grad = needs_input_grad  # for each input: must backward compute it?
         self.saved_tensors: tuple[Any, ...] = ()
         self.parents: list[Tensor] = []  # the inputs that need a gradient: the graph's edges
 
-    @property
-    def needs_input_grad(self) -> tuple[bool, ...]:
-        """For each input, whether backward must compute its gradient."""
-        from minidist.autograd.tensor import Tensor
-
-        return tuple(isinstance(x, Tensor) and x.requires_grad for x in self.inputs)
-
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
-
 
 
 class Function:
@@ -98,12 +100,12 @@ class Function:
         """Run forward on the inputs' data; record the op when a gradient is needed."""
         from minidist.autograd.tensor import Tensor
 
-        ctx = Context(cls, inputs)
+        needs = tuple([isinstance(x, Tensor) and x.requires_grad for x in inputs])
+        ctx = Context(cls, inputs, needs)
         arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
         out = Tensor(cls.forward(ctx, *arrays, **options))
-        if is_grad_enabled():
-            ctx.parents = [x for x in inputs if isinstance(x, Tensor) and x.requires_grad]
-            if ctx.parents:
-                out.requires_grad = True
-                out._ctx = ctx
+        if True in needs and is_grad_enabled():
+            ctx.parents = [x for x, need in zip(inputs, needs, strict=True) if need]
+            out.requires_grad = True
+            out._ctx = ctx
         return out

@@ -29,14 +29,16 @@ class Transpose(Function):
 
     @staticmethod
     def forward(ctx: Context, a, axes=None):
-        ctx.axes = axes
-        return a.transpose(axes)
+        out = a.transpose(axes)  # checks the axes
+        ctx.axes = None if axes is None else tuple(axis % a.ndim for axis in axes)  # -1: last
+        return out
 
     @staticmethod
     def backward(ctx: Context, grad):
         if ctx.axes is None:
             return grad.transpose()
-        return grad.transpose(xp_of(grad).argsort(ctx.axes))
+        inverse = sorted(range(len(ctx.axes)), key=ctx.axes.__getitem__)  # argsort
+        return grad.transpose(inverse)
 
 
 def _is_basic_index(index: Any) -> bool:

@@ -1,19 +1,13 @@
-"""Tensor: an array that remembers how it was computed, and the backward pass.
+"""Tensor: an array that remembers how it was computed.
 
 Reverse-mode automatic differentiation in two steps:
 
 1. Forward: every operation on tensors that need a gradient records a node
    (its Function and inputs, see ``function.py``). The nodes form a graph
    from the leaves (parameters, inputs) to the result.
-2. Backward: ``loss.backward()`` walks the graph from the result back to the
-   leaves in reverse topological order: a node runs only after every op that
-   used it has passed its gradient back (gradients from several uses are
-   summed). Running it hands that gradient to its Function's backward, which
-   returns the gradients of the node's inputs. Leaves keep theirs in ``.grad``.
-   ``topological_order`` lists the graph; among the nodes that are ready, the
-   most recently created runs first (as in PyTorch's engine), so the last
-   layer's parameter gradients are final first — data parallelism starts
-   sending them while backward goes on (``register_grad_hook``).
+2. Backward: ``loss.backward()`` lists the graph in topological order and
+   walks it in reverse, calling each op's backward rule; leaves keep their
+   gradient in ``.grad`` (``engine.py``, Lab 1's Tasks 7 and 8).
 
 ``.grad`` is a plain array of the tensor's shape and dtype; it accumulates
 across backward calls until ``zero_grad()``. After backward the graph is
@@ -22,15 +16,11 @@ freed (the nodes forget their inputs), so memory stays flat over training.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 from minidist import backend
-from minidist.autograd.function import Context, _backward_callbacks, no_grad
-
-_creation_order = itertools.count()
+from minidist.autograd.function import _backward_callbacks, no_grad
 
 
 class Tensor:
@@ -46,9 +36,8 @@ class Tensor:
             data = xp.asarray(data, dtype=dtype)
         self.data = data
         self.grad: Any = None
-        self._ctx: Context | None = None  # the node that produced this tensor (None: a leaf)
+        self._ctx: Any = None  # the Context of the op that produced this tensor (None: a leaf)
         self._freed = False  # True once backward has released the node that produced it
-        self._seq = next(_creation_order)  # inputs are always created before their outputs
         self._grad_hooks: list[Callable[[Tensor], None]] = []
         self.requires_grad = False
         if requires_grad:
@@ -63,7 +52,11 @@ class Tensor:
     # ---- the backward pass ------------------------------------------------------------------
 
     def backward(self, grad: Any = None, retain_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
+
+        ``grad`` (d loss / d self) defaults to 1 for a scalar; the walk itself is
+        ``engine.backward``. Callbacks queued by gradient hooks run when it ends.
+        """
         if not self.requires_grad:
             raise RuntimeError("backward() on a tensor that does not require grad (no graph)")
         if grad is None:
@@ -73,79 +66,22 @@ class Tensor:
                     "argument of that shape (or reduce it first, e.g. .sum())"
                 )
             grad = backend.xp_of(self.data).ones_like(self.data)
-        elif isinstance(grad, Tensor):
-            grad = grad.data
-        if tuple(grad.shape) != self.shape:
-            raise ValueError(f"gradient shape {tuple(grad.shape)} != tensor shape {self.shape}")
-
-        # How many recorded uses of each tensor have yet to pass their gradient back.
-        pending: dict[int, int] = {}
-        for node in topological_order(self):
-            if node._ctx is not None:
-                for parent in node._ctx.parents:
-                    pending[id(parent)] = pending.get(id(parent), 0) + 1
-
-        grads = {id(self): grad}
-        kept = {id(grad)}  # arrays some leaf keeps as .grad: another leaf must not share them
-        ready: list[tuple[int, Tensor]] = []  # a heap: the most recently created node first
+        else:
+            # a copy: no leaf may keep (and later add into) the caller's array
+            grad = (grad.data if isinstance(grad, Tensor) else grad).copy()
+            if tuple(grad.shape) != self.shape:
+                raise ValueError(f"gradient shape {tuple(grad.shape)} != tensor shape {self.shape}")
         with _backward_callbacks():
-            if self._ctx is None:
-                self._finish_leaf(grads.pop(id(self)), kept)
-            else:
-                heapq.heappush(ready, (-self._seq, self))
-            while ready:
-                _, node = heapq.heappop(ready)
-                ctx = node._ctx
-                input_grads = ctx.fn.backward(ctx, grads.pop(id(node)))
-                if not isinstance(input_grads, tuple):
-                    input_grads = (input_grads,)
-                for x, gx in zip(ctx.inputs, input_grads, strict=False):
-                    if not isinstance(x, Tensor) or not x.requires_grad:
-                        continue
-                    if gx is not None:
-                        if gx.dtype != x.dtype:
-                            gx = gx.astype(x.dtype)
-                        grads[id(x)] = grads[id(x)] + gx if id(x) in grads else gx
-                    pending[id(x)] -= 1
-                    if pending[id(x)] == 0 and id(x) in grads:  # every use has reported
-                        if x._ctx is None:
-                            x._finish_leaf(grads.pop(id(x)), kept)
-                        else:
-                            heapq.heappush(ready, (-x._seq, x))
-                if not retain_graph:
-                    node._ctx, node._freed = None, True
+            engine.backward(self, grad, retain_graph)
 
-    def _finish_leaf(self, g: Any, kept: set[int]) -> None:
-        """A leaf's gradient for this backward is complete: keep it, then tell the hooks."""
-        if self._freed:
-            raise RuntimeError(
-                "backward through a graph that was already freed: pass "
-                "retain_graph=True to the first backward() to call it twice"
-            )
-        self._accumulate_grad(g, kept)
-        for hook in self._grad_hooks:
-            hook(self)
-
-    def register_grad_hook(self, hook: Callable[[Tensor], None]) -> None:
+    def register_grad_hook(self, hook: Callable[[Tensor], None]) -> Callable[[], None]:
         """Call ``hook(tensor)`` each time backward has finished this leaf's ``.grad``.
 
         Data parallelism uses it to start communicating a gradient while the
-        rest of backward still runs.
+        rest of backward still runs. Returns a function that removes the hook.
         """
         self._grad_hooks.append(hook)
-
-    def _accumulate_grad(self, g: Any, kept: set[int]) -> None:
-        if self.grad is not None:
-            self.grad += g
-            return
-        # Backward rules may hand one array (or views of it) to several inputs, or return a
-        # read-only broadcast view: keep such a gradient as a copy, a fresh one as it is.
-        owner = g if g.base is None else g.base
-        if id(owner) in kept or not (g.flags.writeable and g.flags.c_contiguous):
-            g = g.copy()
-            owner = g
-        kept.add(id(owner))
-        self.grad = g
+        return lambda: self._grad_hooks.remove(hook)
 
     def zero_grad(self) -> None:
         self.grad = None
@@ -236,32 +172,9 @@ class Tensor:
         return self.transpose()
 
 
-def topological_order(root: Tensor) -> list[Tensor]:
-    """Every tensor ``root`` depends on (through recorded ops), inputs before outputs.
+__all__ = ["Tensor", "no_grad"]
 
-    An iterative depth-first search: a tensor is appended after all of its
-    parents, so reversing the list visits each node before its inputs.
-    """
-    order: list[Tensor] = []
-    visited: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
-    while stack:
-        node, parents_done = stack.pop()
-        if parents_done:
-            order.append(node)
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        stack.append((node, True))
-        if node._ctx is not None:
-            stack.extend((p, False) for p in node._ctx.parents if id(p) not in visited)
-    return order
-
-
-__all__ = ["Tensor", "topological_order", "no_grad"]
-
-# the op modules import Tensor, so they are bound here, after it exists
-from minidist.autograd import ops  # noqa: E402
+# these modules import Tensor, so they are bound here, after it exists
+from minidist.autograd import engine, ops  # noqa: E402
 from minidist.autograd import ops_reduce as reduce_ops  # noqa: E402
 from minidist.autograd import ops_shape as shape_ops  # noqa: E402

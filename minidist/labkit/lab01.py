@@ -9,6 +9,7 @@ against a reference trajectory computed before the check.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,30 +50,49 @@ def check_topological_order(order_fn: Callable[[Any], list[Any]], root: Any, wha
                    f"{position[id(node)]} comes before its input at {position[id(parent)]}")
 
 
-def check_backward_pass(backward_fn: Callable[[Any], None], build: Callable[..., Any],
-                        arrays: list[np.ndarray], what: str) -> None:
-    """``backward_fn(build(*leaves))`` must leave d output / d leaf in every ``leaf.grad``.
+def backward_of(fn: type, *arrays: np.ndarray, grad: np.ndarray | None = None,
+                **options: Any) -> tuple[Any, ...]:
+    """The gradients ``fn.backward`` returns at ``arrays`` for upstream ``grad`` (default
+    ones), as a tuple: for checks at points where finite differences do not apply."""
+    from minidist.autograd import Context, Tensor
 
-    The leaves already hold a gradient of ones, so accumulation (``+=``) is
-    checked too. Expected: finite differences of ``build``'s value, plus one.
+    arrays = tuple(np.array(a, dtype=np.float64) for a in arrays)
+    ctx = Context(fn, tuple(Tensor(a, requires_grad=True) for a in arrays))
+    out = fn.forward(ctx, *[a.copy() for a in arrays], **options)
+    grads = fn.backward(ctx, np.ones_like(out) if grad is None else np.array(grad, np.float64))
+    return grads if isinstance(grads, tuple) else (grads,)
+
+
+def check_backward_pass(backward_fn: Callable[[Any], None], build: Callable[..., Any],
+                        arrays: list[np.ndarray], what: str,
+                        frozen: tuple[np.ndarray, ...] = ()) -> None:
+    """``backward_fn(build(*leaves, *frozen))`` must leave d output / d leaf in ``leaf.grad``.
+
+    Called twice, on two graphs: the first call finds every ``.grad`` None
+    (it must set it), the second finds the first's gradient (it must add to
+    it). ``frozen`` arrays enter as tensors that need no gradient: their
+    ``.grad`` must stay None. Expected: finite differences of ``build``'s value.
     """
     __tracebackhide__ = True
     from minidist.autograd import Tensor, no_grad
 
     arrays = [np.array(a, dtype=np.float64) for a in arrays]
     leaves = [Tensor(a.copy(), requires_grad=True) for a in arrays]
-    for leaf in leaves:
-        leaf.grad = np.ones_like(leaf.data)
+    constants = [Tensor(np.array(c, dtype=np.float64)) for c in frozen]
 
     def value(*xs: np.ndarray) -> float:
         with no_grad():
-            return float(build(*[Tensor(x) for x in xs]).data)
+            return float(build(*[Tensor(x) for x in xs], *constants).data)
 
-    backward_fn(build(*leaves))
-    for i, leaf in enumerate(leaves):
-        expected = numerical_gradient(value, arrays, i) + 1.0
-        expect_close(f"{what}: gradient of input {i} (which already held ones)", leaf.grad,
-                     expected, rtol=1e-4, atol=1e-6)
+    expected = [numerical_gradient(value, arrays, i) for i in range(len(arrays))]
+    for times, state in ((1, "started as None: set it"), (2, "already held a gradient: add to it")):
+        backward_fn(build(*leaves, *constants))
+        for i, leaf in enumerate(leaves):
+            expect_close(f"{what}: gradient of input {i} (its .grad {state})", leaf.grad,
+                         times * expected[i], rtol=1e-4, atol=1e-6)
+        for constant in constants:
+            expect(constant.grad is None, f"{what}: a tensor that needs no gradient got a "
+                   ".grad; skip the inputs that are not tensors requiring a gradient")
 
 
 def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[list[Any]], Any],
@@ -82,6 +102,7 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
 
     Two parameters of different shapes, ``steps`` steps with fresh random
     gradients; a third parameter never gets a gradient and must not move.
+    Every step must update each ``p.data`` in place (the same array).
     The reference runs first; then ``make`` runs with the ``block`` targets blocked.
     """
     __tracebackhide__ = True
@@ -94,13 +115,17 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
 
     def trajectory(factory: Callable[[list[Any]], Any]) -> list[list[np.ndarray]]:
         params = [Tensor(x.copy(), requires_grad=True) for x in start]
+        arrays = [p.data for p in params]
         optimizer = factory(params)
         states = []
-        for step_grads in grads:
+        for step, step_grads in enumerate(grads):
             for p, g in zip(params, step_grads, strict=False):
                 p.grad = g.copy()
             params[2].grad = None
             optimizer.step()
+            for i, (p, array) in enumerate(zip(params, arrays, strict=True)):
+                expect(p.data is array, f"{what}: step {step + 1} replaced parameter {i}'s "
+                       "p.data by a new array; update it in place (p.data -= ...)")
             states.append([p.data.copy() for p in params])
         return states
 
@@ -120,3 +145,30 @@ def accuracy(model: Any, dataset: Any) -> float:
     with no_grad():
         logits = model(Tensor(dataset.x)).data
     return float((np.asarray(logits).argmax(axis=1) == dataset.y).mean())
+
+
+def check_training(train_fn: Callable[[Any], Any], train: Any, test: Any, what: str,
+                   limit_s: float = 20.0, at_least: float = 0.9) -> float:
+    """``train_fn(train)`` must return, within ``limit_s`` seconds, a model whose logits
+    on ``test`` have one row per image and one column per class and that classifies
+    at least ``at_least`` of it right. Returns that accuracy."""
+    __tracebackhide__ = True
+    from minidist.autograd import Tensor, no_grad
+
+    start = time.perf_counter()
+    model = train_fn(train)
+    seconds = time.perf_counter() - start
+    expect(seconds <= limit_s, f"{what}: training took {seconds:.1f} s, the limit is "
+           f"{limit_s:g} s")
+    expect(callable(model), f"{what}: the function returned {type(model).__name__}, not a "
+           "model to call on a batch of images")
+    with no_grad():
+        logits = model(Tensor(test.x[:2]))
+    classes = int(test.y.max()) + 1
+    expect(tuple(getattr(logits, "shape", ())) == (2, classes),
+           f"{what}: the model maps 2 images to an output of shape "
+           f"{tuple(getattr(logits, 'shape', ()))}, expected (2, {classes}) logits")
+    score = accuracy(model, test)
+    expect(score >= at_least, f"{what}: test accuracy {score:.1%}, needs at least "
+           f"{at_least:.0%}")
+    return score
