@@ -60,13 +60,17 @@ def test_weighting():
     np.testing.assert_allclose(glove.weighting(np.array([1.0, 10.0, 100.0, 400.0])),
                                [0.01 ** 0.75, 0.1 ** 0.75, 1.0, 1.0], rtol=1e-12)
     check_weighting(glove.weighting, [0.5, 1.0, 10.0, 99.0, 100.0, 250.0], block=())
+    check_weighting(glove.weighting, [[2.0, 5.0], [10.0, 20.0]], x_max=10.0, block=())
     check_weighting(glove.weighting, [0.25, 3.0, 8.0, 8.001], x_max=8.0, alpha=0.5, block=())
 
 
-def test_weighting_rejects_no_cap_and_the_library():
+def test_weighting_rejects_no_cap_a_flat_answer_and_the_library():
     with pytest.raises(CheckFailed, match=r"differs at \[5\]: got 1.98.*expected 1"):
         check_weighting(lambda x, x_max=100.0, alpha=0.75: (x / x_max) ** alpha,
                         [0.5, 1.0, 10.0, 99.0, 100.0, 250.0])
+    with pytest.raises(CheckFailed, match=r"x has shape \(2, 2\), your answer \(4,\)"):
+        check_weighting(lambda x, **options: glove.weighting(x, **options).ravel(),
+                        [[2.0, 5.0], [10.0, 20.0]], x_max=10.0, block=())
     with pytest.raises(BlockedError, match="write your own weighting"):
         check_weighting(lambda x, **options: glove.weighting(x, **options), [1.0, 200.0])
 
@@ -103,8 +107,21 @@ def test_loss_gradients_rejects_dropped_repeats_the_papers_factor_and_the_librar
         cost, word_grad, context_grad = library_loss(word, context, batch)
         return cost, 2 * word_grad, 2 * context_grad
 
-    with pytest.raises(CheckFailed, match="the word table's gradient: differs"):
+    with pytest.raises(CheckFailed, match="the word table's gradient: differs.* gradient of J;"):
         check_loss_gradients(twice, 5, 3, 8, block=())
+
+    def swapped(word, context, batch):  # each gradient added at the other table's ids
+        w, c = word[batch.row], context[batch.col]
+        diff = np.einsum("bk,bk->b", w[:, :-1], c[:, :-1]) + w[:, -1] + c[:, -1] - batch.log_x
+        fdiff = batch.weight * diff
+        c[:, -1], w[:, -1] = 1.0, 1.0
+        word_grad, context_grad = np.zeros_like(word), np.zeros_like(context)
+        np.add.at(word_grad, batch.col, fdiff[:, None] * c)
+        np.add.at(context_grad, batch.row, fdiff[:, None] * w)
+        return 0.5 * float(fdiff @ diff), word_grad, context_grad
+
+    with pytest.raises(CheckFailed, match="no record of the batch has id .* get zero"):
+        check_loss_gradients(swapped, 12, 6, 5, block=())
     with pytest.raises(BlockedError, match="write your own batch_gradients"):
         check_loss_gradients(library_loss, 5, 3, 8)
     with pytest.raises(BlockedError, match="write your own autograd_loss"):
@@ -138,12 +155,28 @@ def test_adagrad_rejects_the_textbook_order_unscaled_sums_and_a_copy():
         table = table.copy()
         glove.adagrad_rows(table, gradsq.copy(), rows, grad, eta)
 
+    def forgets_g(table, gradsq, rows, grad, eta=0.05):
+        scaled = eta * grad
+        table[rows] -= scaled / np.sqrt(gradsq[rows])
+        sums = gradsq[rows]  # a copy: adding to it leaves gradsq as it was
+        sums += scaled * scaled
+
+    def every_row(table, gradsq, rows, grad, eta=0.05):
+        dense = np.zeros_like(table)
+        dense[rows] = grad
+        table -= eta * dense / np.sqrt(gradsq)
+        gradsq += (eta * dense) ** 2
+
     with pytest.raises(CheckFailed, match=r"step 1 .*, the table: differs.* added .* before the"):
         check_adagrad(textbook, 6, 3, 3)
-    with pytest.raises(CheckFailed, match="after step 1 .*, the sums of squares G"):
+    with pytest.raises(CheckFailed, match=r"step 1 .*, the sums of squares G"):
         check_adagrad(unscaled, 6, 3, 3)
-    with pytest.raises(CheckFailed, match="step 1 left the table unchanged"):
+    with pytest.raises(CheckFailed, match=r"step 1 .* left the table unchanged"):
         check_adagrad(not_in_place, 6, 3, 3, block=())
+    with pytest.raises(CheckFailed, match=r"step 1 .* left gradsq unchanged"):
+        check_adagrad(forgets_g, 6, 3, 3, block=())
+    with pytest.raises(CheckFailed, match=r"step 1 .* changed rows not in rows.*O\(rows d\)"):
+        check_adagrad(every_row, 6, 3, 3, block=())
 
 
 def sharded_dots(c, word_cols, context_cols, row, col, algorithm="ring", check=True):

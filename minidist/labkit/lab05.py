@@ -4,13 +4,15 @@ GloVe stores, as glove.c does, one row ``[w_i, b_i]`` per word (the bias in
 the last column) in a word table and a context table, both ``(V, d + 1)``.
 The checks:
 
-1. ``weighting``: against f(x) = (x / x_max)^alpha below x_max, 1 from there.
+1. ``weighting``: against f(x) = (x / x_max)^alpha below x_max, 1 from there,
+   keeping x's shape.
 2. ``loss_and_gradients``: the cost against glove.c's J / 2 written here in
    numpy, the gradients against central finite differences of it, on
    batches where words repeat (a repeated word gets the *sum* of its
-   records' gradients).
+   records' gradients) and where some words are absent (their rows get 0).
 3. ``adagrad_step``: several steps on random rows, table and squared sums
-   against the library's glove.c update computed before the check.
+   against the library's glove.c update computed before the check, both
+   changed in place and only in the given rows.
 4. ``sharded_dots``: P in-process ranks, each holding some columns of both
    tables; values against numpy, traffic against one ``comm.allreduce`` of
    the B partial dot products (any of the library's algorithms): sending
@@ -87,7 +89,8 @@ def half_loss(word: np.ndarray, context: np.ndarray, batch: glove.Records) -> fl
 def check_weighting(weighting: Callable[..., Any], x: Any, x_max: float | None = None,
                     alpha: float | None = None,
                     block: tuple[str, ...] = LIBRARY_WEIGHTING) -> None:
-    """``weighting(x)`` (defaults 100 and 0.75) or ``weighting(x, x_max=, alpha=)``."""
+    """``weighting(x)`` (defaults 100 and 0.75) or ``weighting(x, x_max=, alpha=)``, for an
+    array ``x`` of any shape: an array of that shape, element by element."""
     __tracebackhide__ = True
     options = {k: v for k, v in (("x_max", x_max), ("alpha", alpha)) if v is not None}
     top, power = options.get("x_max", 100.0), options.get("alpha", 0.75)
@@ -96,11 +99,31 @@ def check_weighting(weighting: Callable[..., Any], x: Any, x_max: float | None =
     what = "weighting(x" + "".join(f", {k}={v:g}" for k, v in options.items()) + ")"
     with blocked(*block):
         got = weighting(x.copy(), **options)
+    expect(np.shape(got) == x.shape, f"{what}: x has shape {x.shape}, your answer "
+           f"{np.shape(got)}; f applies element by element, so it keeps x's shape")
     expect_close(f"{what} for x = {np.round(x, 3).tolist()}", got, expected, rtol=1e-12,
                  atol=0)
 
 
 # --- Task 2: the loss and its gradients -----------------------------------------------------
+def gradient_hint(grad: Any, exact: np.ndarray, ids: np.ndarray) -> str:
+    """Which rule a wrong gradient breaks, when the check can tell: '' otherwise."""
+    grad = np.asarray(grad, dtype=np.float64)
+    if np.allclose(grad, 2 * exact, rtol=1e-5, atol=1e-7):
+        return ("this is the gradient of J; the cost is J / 2 (glove.c's), whose gradient "
+                "is half of it")
+    counts = np.bincount(ids, minlength=len(exact))
+    untouched = np.flatnonzero((counts == 0) & (grad != 0).any(axis=1))
+    if len(untouched):
+        return (f"no record of the batch has id {untouched[0]}, yet its row's gradient is not "
+                "zero: rows the batch does not touch get zero")
+    wrong = np.flatnonzero(~np.isclose(grad, exact, rtol=1e-5, atol=1e-7).all(axis=1))
+    if len(wrong) and (counts[wrong] > 1).all():
+        return ("only rows of words that occur in several records are wrong: such a row "
+                "gets the sum of their gradients (np.add.at; grad[ids] += ... keeps one)")
+    return ""
+
+
 def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int, dim: int,
                          batch_size: int, seed: int = 0,
                          block: tuple[str, ...] = LIBRARY_LOSS) -> None:
@@ -128,14 +151,8 @@ def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int
             expect_close(f"{what}: the {name} table's gradient", grad, exact, rtol=1e-5,
                          atol=1e-7)
         except CheckFailed as failure:
-            wrong = np.flatnonzero(~np.isclose(np.asarray(grad), exact, rtol=1e-5,
-                                               atol=1e-7).all(axis=1))
-            repeated = np.flatnonzero(np.bincount(ids, minlength=vocab_size) > 1)
-            if len(wrong) and np.isin(wrong, repeated).all():
-                raise CheckFailed(f"{failure} -- only rows of words that occur in several "
-                                  "records are wrong: such a row gets the sum of their "
-                                  "gradients (np.add.at; grad[ids] += ... keeps one)") from None
-            raise
+            hint = gradient_hint(grad, exact, ids) if np.shape(grad) == exact.shape else ""
+            raise CheckFailed(f"{failure} -- {hint}" if hint else str(failure)) from None
 
 
 # --- Task 3: glove.c's AdaGrad step ---------------------------------------------------------
@@ -143,23 +160,34 @@ def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, s
                   eta: float = glove.ETA, seed: int = 0,
                   block: tuple[str, ...] = LIBRARY_ADAGRAD) -> None:
     """``steps`` calls ``adagrad_step(table, gradsq, rows, grad, eta)`` on distinct random
-    rows; after each, the table and the squared sums must be glove.c's (in place)."""
+    rows; after each, the table and the squared sums must be glove.c's, changed in place
+    and only in ``rows``. The table has one more row, never in ``rows``, whose G is 0: an
+    answer that computes on every row (O(V d), not O(rows d)) writes NaN into it."""
     __tracebackhide__ = True
-    what = f"adagrad_step, V = {vocab_size}, d = {dim}, eta = {eta:g}"
+    what = f"adagrad_step, V = {vocab_size + 1}, d = {dim}, eta = {eta:g}"
     rng = np.random.default_rng(seed)
-    table = rng.standard_normal((vocab_size, dim + 1))
+    table = rng.standard_normal((vocab_size + 1, dim + 1))
     gradsq = np.ones_like(table)  # glove.c starts every sum at 1
+    gradsq[-1] = 0.0              # the row no step may touch
     expected, expected_sq = table.copy(), gradsq.copy()
     for step in range(1, steps + 1):
         rows = rng.choice(vocab_size, rng.integers(1, vocab_size), replace=False)  # unsorted
         grad = 3.0 * rng.standard_normal((len(rows), dim + 1))
         adagrad_rows(expected, expected_sq, rows, grad, eta)
         before, before_sq = table.copy(), gradsq.copy()
-        with blocked(*block):
+        with blocked(*block), np.errstate(divide="ignore", invalid="ignore"):
             adagrad_step(table, gradsq, rows.copy(), grad.copy(), eta)
-        expect(not np.array_equal(table, before), f"{what}: step {step} left the table "
-               "unchanged; update the arrays you are given in place (table[rows] -= ...)")
-        where = f"{what}: after step {step} (rows {rows[:4].tolist()}...)"
+        where = f"{what}: step {step} (rows {rows[:4].tolist()}...)"
+        expect(not np.array_equal(table, before), f"{where} left the table unchanged; update "
+               "the arrays you are given in place (table[rows] -= ...)")
+        expect(not np.array_equal(gradsq, before_sq), f"{where} left gradsq unchanged; G "
+               "grows in place too (gradsq[rows] += ...)")
+        others = np.setdiff1d(np.arange(len(table)), rows)
+        expect(np.array_equal(table[others], before[others])
+               and np.array_equal(gradsq[others], before_sq[others]),
+               f"{where} changed rows not in rows: a step reads and writes only table[rows] "
+               f"and gradsq[rows], O(rows d) whatever V is (row {vocab_size} has G = 0 "
+               "here, so computing on every row writes NaN into it)")
         textbook_sq = before_sq.copy()
         textbook_sq[rows] += (eta * grad) ** 2
         textbook = before.copy()
