@@ -13,7 +13,9 @@ it finally joins the allreduce. In synchronous training, step time is the
 *slowest* rank's compute plus the communication left exposed.
 
 Traces come from :class:`minidist.parallel.timing.TraceRecorder`
-(``recorder.to_list()`` on each rank, gathered by ``md.launch``).
+(``recorder.to_list()`` on each rank, gathered by ``md.launch``), on the
+wall clock or on the in-process transport's modelled clock: the drawing is
+the same, in seconds of either.
 Cost: O(number of intervals) to draw.
 """
 
