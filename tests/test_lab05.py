@@ -8,10 +8,16 @@ student would read, and a blocked library answer scores nothing.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from minidist import glove
+from minidist import comm, glove
 from minidist.autograd import Tensor
 from minidist.comm import allreduce
 from minidist.glove import sharded_step, train_hogwild
@@ -26,6 +32,8 @@ from minidist.labkit.lab05 import (
     random_batch,
     random_tables,
 )
+
+SOLUTION = Path(__file__).parents[1] / "solutions" / "lab05_glove" / "lab05_glove.ipynb"
 
 
 def library_loss(word, context, batch):
@@ -236,3 +244,51 @@ def test_hogwild_rejects_a_copy_of_the_sequential_run_and_training_the_given_mod
 
     with pytest.raises(CheckFailed, match="the model you were given changed"):
         check_hogwild(in_place, 2, vocab_size=100, dim=4, nnz=1000, epochs=1, batch_size=64)
+
+
+
+def solution_cells() -> str:
+    """The source of the solution notebook's answer cells, solution markers dropped."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells
+                     if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def body(function: ast.FunctionDef) -> str:
+    """A function's body, without its docstring, as an AST dump."""
+    statements = function.body
+    if isinstance(statements[0], ast.Expr) and isinstance(statements[0].value, ast.Constant):
+        statements = statements[1:]
+    return ast.dump(ast.Module(statements, []))
+
+
+def test_the_solutions_are_the_library_code():
+    """Task 1 is the library's ``weighting`` line for line; Task 3's steps are
+    ``adagrad_rows``' bit for bit; Task 2's phases give the library's cost bit for bit
+    and its gradients (repeated rows are summed in another order)."""
+    source = solution_cells()
+    answers = {"np": np, "comm": comm, "glove": glove, "train_hogwild": train_hogwild}
+    exec(source, answers)  # the course's own notebook
+    solution = {f.name: f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef)}
+    library = ast.parse(textwrap.dedent(inspect.getsource(glove.weighting))).body[0]
+    assert body(library) == body(solution["weighting"])
+
+    rng = np.random.default_rng(5)
+    table, gradsq = rng.standard_normal((2, 9, 4))
+    gradsq = 1.0 + gradsq**2
+    mine, mine_sq = table.copy(), gradsq.copy()
+    for _ in range(4):
+        rows = rng.choice(9, 5, replace=False)
+        grad = rng.standard_normal((5, 4))
+        answers["adagrad_step"](mine, mine_sq, rows, grad, 0.1)
+        glove.adagrad_rows(table, gradsq, rows, grad, 0.1)
+    np.testing.assert_array_equal(mine, table)
+    np.testing.assert_array_equal(mine_sq, gradsq)
+
+    word, context = random_tables(7, 4, seed=3)
+    batch = random_batch(7, 20, seed=4)
+    cost, word_grad, context_grad = answers["loss_and_gradients"](word, context, batch)
+    expected = library_loss(word, context, batch)
+    assert cost == expected[0]
+    np.testing.assert_allclose(word_grad, expected[1], rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(context_grad, expected[2], rtol=1e-14, atol=1e-15)
