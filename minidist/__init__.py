@@ -16,7 +16,9 @@ from minidist.backend import get_device, set_device
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = {"autograd", "backend", "nn", "optim", "data", "models", "comm", "parallel"}
+_SUBPACKAGES = {
+    "autograd", "backend", "nn", "optim", "data", "models", "comm", "parallel", "glove",
+}
 
 
 def __getattr__(name: str) -> Any:
