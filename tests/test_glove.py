@@ -185,6 +185,8 @@ def test_text_format_rejects_ragged_lines(tmp_path):
 
 
 def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="lengths 2, 2 and 1; they must be equal"):
+        glove.Records.from_counts([0, 1], [1, 0], [2.0])
     with pytest.raises(ValueError, match="every count must be > 0"):
         glove.Records.from_counts([0, 1], [1, 0], [2.0, 0.0])
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
@@ -193,6 +195,9 @@ def test_bad_input_is_named():
         glove.GloVe.create(10, 0)
     with pytest.raises(ValueError, match="convention must be one of"):
         md.optim.AdaGrad([md.Tensor(np.ones(2), requires_grad=True)], convention="glove")
+    with pytest.raises(ValueError, match="convention must be one of"):
+        md.optim.adagrad_rows(np.ones((2, 2)), np.ones((2, 2)), [0], np.ones((1, 2)),
+                              convention="torch")
 
 
 def test_one_adagrad_rule_for_the_optimiser_and_the_rows():

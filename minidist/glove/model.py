@@ -47,11 +47,14 @@ class Records:
     @classmethod
     def from_counts(cls, row: Any, col: Any, val: Any, x_max: float = X_MAX,
                     alpha: float = ALPHA) -> Records:
-        val = np.asarray(val, dtype=np.float64)
+        row, col, val = np.asarray(row), np.asarray(col), np.asarray(val, dtype=np.float64)
+        if not len(row) == len(col) == len(val):
+            raise ValueError(f"Records.from_counts: row, col and val have lengths {len(row)}, "
+                             f"{len(col)} and {len(val)}; they must be equal")
         if np.any(val <= 0):
             raise ValueError("Records.from_counts: every count must be > 0 (log X_ij)")
-        return cls(np.asarray(row, dtype=np.int64), np.asarray(col, dtype=np.int64),
-                   weighting(val, x_max, alpha), np.log(val))
+        return cls(row.astype(np.int64), col.astype(np.int64), weighting(val, x_max, alpha),
+                   np.log(val))
 
     def __len__(self) -> int:
         return len(self.row)

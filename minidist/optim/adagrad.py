@@ -44,6 +44,8 @@ def adagrad_rows(table: Any, gradsq: Any, rows: Any, grad: Any, lr: float = 0.05
     ``grad``: their gradient, the shape of ``table[rows]``. The other rows
     are neither read nor written: O(rows * d), however large the table.
     """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, got {convention!r}")
     xp = backend.xp_of(table)
     sums = gradsq[rows]                # G of these rows, read once (a view when rows is ALL)
     scaled = lr * grad
@@ -65,7 +67,7 @@ class AdaGrad(Optimizer):
             raise ValueError("lr, eps and initial_accumulator must be >= 0")
         if convention not in CONVENTIONS:
             raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, "
-                             f"got {convention!r}")
+                             f"got {convention!r}")  # at once, not at the first step
         super().__init__(params, dict(lr=lr, eps=eps, initial_accumulator=initial_accumulator,
                                       convention=convention))
 
