@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -216,12 +217,30 @@ def test_blocked_reaches_aliases_and_restores():
     np.testing.assert_array_equal(alias(np.ones((2, 3)), (3,)), np.full(3, 2.0))
 
 
-# ---- Lab 1's answers to Tasks 7 and 8 are the library's backward pass ------------------------
+# ---- Lab 1's answers are the library's code -----------------------------------------------
 
 SOLUTION = Path(__file__).parents[1] / "solutions" / "lab01_autograd" / "lab01_autograd.ipynb"
 
+# (answer cell, function in it, the library's function): the same statements, the library
+# computing through the backend's array module (``xp``) where the lab writes ``np``.
+# MatMul.backward is not here: the library's also takes 1-D operands and lays out the
+# gradient of a transposed weight as BLAS writes it; Task 3 assumes two axes or more.
+SAME_CODE = [
+    ("answer_unbroadcast", "unbroadcast", md.autograd.unbroadcast),
+    ("answer_backward_mul", "forward", md.autograd.Mul.forward),
+    ("answer_backward_mul", "backward", md.autograd.Mul.backward),
+    ("answer_backward_matmul", "forward", md.autograd.MatMul.forward),
+    ("answer_backward_sum", "forward", md.autograd.Sum.forward),
+    ("answer_backward_sum", "backward", md.autograd.Sum.backward),
+    ("answer_backward_relu", "forward", md.autograd.ReLU.forward),
+    ("answer_backward_relu", "backward", md.autograd.ReLU.backward),
+    ("answer_backward_log_softmax", "forward", md.autograd.LogSoftmax.forward),
+    ("answer_backward_log_softmax", "backward", md.autograd.LogSoftmax.backward),
+    ("answer_topological_order", "topological_order", engine.topological_order),
+]
+
 # Where the library's walk differs from Task 8's answer: each library line and the answer's
-# lines that it stands for. Everything else is the same, line for line.
+# lines that it stands for (what lies beneath the walk). Everything else is the same.
 BENEATH_THE_WALK = {
     "grads = {id(root): grad}": ["grads = {id(root): np.ones_like(root.data)}"],
     "kept = set()": [],
@@ -237,34 +256,43 @@ BENEATH_THE_WALK = {
 }
 
 
-def answer_lines(grade_id: str) -> list[str]:
-    """The lines of the solution notebook's answer between BEGIN and END SOLUTION."""
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    source = next(c["source"] for c in cells
-                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
-    body = source.split("### BEGIN SOLUTION\n")[1].split("### END SOLUTION")[0]
-    return textwrap.dedent(body).strip("\n").splitlines()
-
-
-def body_lines(fn) -> list[str]:
-    """The lines of ``fn``'s body after its docstring."""
-    source = textwrap.dedent(inspect.getsource(fn))
-    first = ast.parse(source).body[0].body[1].lineno  # the statement after the docstring
-    return textwrap.dedent("\n".join(source.splitlines()[first - 1:])).splitlines()
-
-
-def statements(lines: list[str]) -> list[str]:
-    """Lines without indentation, comments or blank lines."""
+def statements(source: str) -> list[str]:
+    """The body of the function ``source`` defines, after its docstring: one entry per
+    line, without indentation, comments or blank lines."""
+    source = textwrap.dedent(source)
+    first = ast.parse(source).body[0].body
+    start = first[1 if isinstance(first[0], ast.Expr) else 0].lineno
+    lines = source.splitlines()[start - 1:]
     return [line.split("  #")[0].strip() for line in lines
             if line.strip() and not line.strip().startswith("#")]
 
 
-def test_topological_order_is_the_answer_of_task_7():
-    assert body_lines(engine.topological_order) == answer_lines("answer_topological_order")
+def answer(grade_id: str, name: str) -> list[str]:
+    """The statements of ``name`` in the solution notebook's answer cell ``grade_id``."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    source = next(c["source"] for c in cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    source = "\n".join(line for line in source.splitlines() if " SOLUTION" not in line)
+    node = next(n for n in ast.walk(ast.parse(source))
+                if isinstance(n, ast.FunctionDef) and n.name == name)
+    return statements(ast.get_source_segment(source, node))
+
+
+def as_numpy(lines: list[str]) -> list[str]:
+    """The library's statements as the lab writes them: ``np`` for the backend's module."""
+    lines = [line for line in lines if not re.fullmatch(r"xp = xp_of\(\w+\)", line)]
+    return [re.sub(r"\bxp_of\(\w+\)\.|\bxp\.", "np.", line).replace("_shape(", "np.shape(")
+            for line in lines]
+
+
+@pytest.mark.parametrize("grade_id,name,library", SAME_CODE,
+                         ids=[f"{g}.{n}" for g, n, _ in SAME_CODE])
+def test_answer_is_the_library_code(grade_id, name, library):
+    assert as_numpy(statements(inspect.getsource(library))) == answer(grade_id, name)
 
 
 def test_backward_walk_is_the_answer_of_task_8():
-    library = statements(body_lines(engine.backward))
+    library = statements(inspect.getsource(engine.backward))
     assert set(BENEATH_THE_WALK) <= set(library), "a line of BENEATH_THE_WALK left the library"
     as_answered = [lab for line in library for lab in BENEATH_THE_WALK.get(line, [line])]
-    assert as_answered == statements(answer_lines("answer_backward_pass"))
+    assert as_answered == answer("answer_backward_pass", "backward")

@@ -18,17 +18,13 @@ from minidist.backend import xp_of
 
 
 def unbroadcast(grad: Any, shape: tuple[int, ...]) -> Any:
-    """Sum ``grad`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    """Sum ``grad`` over the axes that broadcasting added or stretched, to get ``shape``."""
     shape = tuple(shape)
     if grad.shape == shape:
         return grad
     extra = grad.ndim - len(shape)  # leading axes that broadcasting prepended
-    if extra:
-        grad = grad.sum(axis=tuple(range(extra)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    if stretched:
-        grad = grad.sum(axis=stretched, keepdims=True)
-    return grad
+    stretched = [extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1]
+    return grad.sum(axis=(*range(extra), *stretched), keepdims=True).reshape(shape)
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -172,6 +168,8 @@ class Sigmoid(Function):
 
 
 class ReLU(Function):
+    """max(a, 0); the gradient passes where out > 0 (that is, a > 0), 0 elsewhere."""
+
     @staticmethod
     def forward(ctx: Context, a):
         out = xp_of(a).maximum(a, 0)
@@ -181,7 +179,7 @@ class ReLU(Function):
     @staticmethod
     def backward(ctx: Context, grad):
         (out,) = ctx.saved_tensors
-        return xp_of(grad).where(out > 0, grad, 0)
+        return grad * (out > 0)
 
 
 def _matmul_like(x, y, like):

@@ -34,8 +34,10 @@ class Sum(Function):
 
     @staticmethod
     def backward(ctx: Context, grad):
-        grad = _restore_axes(grad, ctx.shape, ctx.axis, ctx.keepdims)
-        return xp_of(grad).broadcast_to(grad, ctx.shape)
+        xp = xp_of(grad)
+        if ctx.axis is not None and not ctx.keepdims:
+            grad = xp.expand_dims(grad, ctx.axis)
+        return xp.broadcast_to(grad, ctx.shape)
 
 
 class Mean(Function):
