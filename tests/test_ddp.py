@@ -266,11 +266,6 @@ def test_plan_walks_parameters_in_reverse_and_respects_capacities():
     assert plan_buckets(mixed, float("inf")) == [[2, 1], [0]]  # a buffer has one dtype
 
 
-def test_bucket_sizes_must_not_be_negative():
-    with pytest.raises(ValueError, match="bucket_mb=-1"):
-        DataParallel(TiedNet(seed=0), md.comm.world(), bucket_mb=-1)
-
-
 def test_bucket_flags_count_users_and_leave_unused_grads_none():
     a, b = Parameter(np.ones((2, 2))), Parameter(np.ones(3))
     bucket = Bucket([a, b], scale=1 / 2)  # 2 ranks: each contributes half its gradient
@@ -303,6 +298,8 @@ def test_the_example_trains_as_one_process_does():
         assert lr == pytest.approx(3e-3 * 64 / 32)  # linear scaling, warm-up over
 
 
-def test_an_unknown_algorithm_is_named():
+def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="'fastest'"):
         md.parallel.DataParallel(TiedNet(seed=0), md.comm.world(), algorithm="fastest")
+    with pytest.raises(ValueError, match="bucket_mb=-1"):
+        DataParallel(TiedNet(seed=0), md.comm.world(), bucket_mb=-1)
