@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return import_module(f"minidist.{name}")
     if name == "launch":
-        return import_module("minidist.comm.launch").launch
+        return import_module("minidist.comm.transport.launch").launch
     raise AttributeError(f"module 'minidist' has no attribute {name!r}")
 
 

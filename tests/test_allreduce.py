@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.comm import ALGORITHMS, LocalCluster, allreduce
-from minidist.comm.allreduce_ring import ring_allreduce
-from minidist.comm.allreduce_tree import (
+from minidist.comm.collectives.ring import ring_allreduce
+from minidist.comm.collectives.tree import (
     double_tree_allreduce,
     inorder_tree,
     mirrored_tree,

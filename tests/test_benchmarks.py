@@ -42,7 +42,7 @@ def test_allreduce_benchmark_launches_itself_and_writes_csv_and_plot(tmp_path):
 def test_fit_measures_and_saves_a_network_model(tmp_path):
     path = tmp_path / "network.json"
     run("minidist.bench.fit", "--out", str(path))
-    from minidist.comm.network import load_network_model
+    from minidist.comm.cost.network import load_network_model
 
     model = load_network_model(path)
     assert 0 < model.alpha < 1e-2 and 0 < model.beta < 1e-6 and 0 < model.gamma < 1e-6

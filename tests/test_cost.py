@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from minidist.comm import ALGORITHMS, LocalCluster, NetworkModel, allreduce, cost
-from minidist.comm.allreduce_ring import ring_allreduce
-from minidist.comm.allreduce_tree import double_tree_allreduce, tree_allreduce
-from minidist.comm.cost_mpich import FRESH_FROM, LocalPrices, load_local_prices, mpich_time
+from minidist.comm.collectives.ring import ring_allreduce
+from minidist.comm.collectives.tree import double_tree_allreduce, tree_allreduce
+from minidist.comm.cost.mpich import FRESH_FROM, LocalPrices, load_local_prices, mpich_time
 
 NETWORK = NetworkModel(alpha=2e-6, beta=3e-10, gamma=7e-11)
 

@@ -14,7 +14,7 @@ import pytest
 
 import minidist.comm as comm
 from minidist.comm import RankError
-from minidist.comm.launch import _rank_environment
+from minidist.comm.transport.launch import _rank_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")

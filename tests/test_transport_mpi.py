@@ -23,7 +23,7 @@ def transport_checks(c):
     """Point-to-point, tags, non-blocking, sendrecv ring, barrier, split and counters."""
     from mpi4py import MPI
 
-    from minidist.comm.mpi_transport import MPICommunicator
+    from minidist.comm.transport.mpi import MPICommunicator
 
     seen = {"type": type(c).__name__, "rank": c.rank, "size": c.size,
             "is_world": MPI.Comm.Compare(c.mpi_comm, MPI.COMM_WORLD) == MPI.IDENT}

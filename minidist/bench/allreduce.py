@@ -10,7 +10,7 @@ the table shows the median over calls. As in nccl-tests, ``algbw = bytes /
 time`` and ``busbw = algbw · 2(P-1)/P``: the bandwidth each link would need
 for a ring to take that long, comparable across P. Beside each measurement
 stands the α-β-γ model's prediction (``comm.cost``, with the network fit
-saved by ``python -m minidist.bench.fit``; MPI's by ``cost_mpich.mpich_time``,
+saved by ``python -m minidist.bench.fit``; MPI's by ``cost.mpich.mpich_time``,
 with MPI's own reduction and copy speeds from the same fit).
 The result goes into a preallocated array (``out=``), as MPI_Allreduce's
 receive buffer is, the input is rewritten before each call (untimed: a
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from minidist.comm import cost
-from minidist.comm.allreduce import ALGORITHMS, allreduce
-from minidist.comm.communicator import Communicator
-from minidist.comm.cost_mpich import LocalPrices, load_local_prices, mpich_time
-from minidist.comm.network import NetworkModel, load_network_model
+from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
+from minidist.comm.cost.mpich import LocalPrices, load_local_prices, mpich_time
+from minidist.comm.cost.network import NetworkModel, load_network_model
+from minidist.comm.transport.communicator import Communicator
 
 RAW_MPI = "MPI_Allreduce"  # the baseline: mpi4py's Allreduce called directly, no minidist
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
@@ -229,7 +229,7 @@ def relaunch_under_mpi(ranks: int, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    from minidist.comm.world import running_under_mpi, world
+    from minidist.comm.transport.world import running_under_mpi, world
 
     if not running_under_mpi():
         return relaunch_under_mpi(args.ranks, argv)

@@ -19,14 +19,14 @@
 3. gamma(n): seconds per byte of an in-place ``np.add`` on float32 arrays
    of n bytes (what ``combine`` does), at the same sizes; the constant
    ``gamma`` is that of the largest size. Beside it, for the model of MPI's
-   own Allreduce (``comm/cost_mpich.py``): MPI's reduction loop
+   own Allreduce (``comm/cost/mpich.py``): MPI's reduction loop
    (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and
    ``copy_s``, and the price of first touching fresh memory
    (``page_fault_s_per_byte``).
 
 Buffers are reused between repetitions, as a training loop or the
 benchmark reuses its arrays, so short ones are measured in cache: that is
-the point of the curve (``network.py`` explains why one β is not enough).
+the point of the curve (``cost/network.py`` explains why one β is not enough).
 The result goes where ``comm.load_network_model()`` looks
 (``$MINIDIST_NETWORK`` or ``~/.cache/minidist/network.json``), with the raw
 measurements, so ``LocalCluster`` and ``comm.cost`` price messages as this
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.comm.network import NetworkModel, network_model_path, save_network_model
+from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
 
 SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
 CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
@@ -117,7 +117,7 @@ def local_times(mpi_comm, repeats: int = 25) -> dict[str, dict[int, float]]:  # 
     ``mpi_reduce``: ``MPI.SUM.Reduce_local(incoming, acc)``, MPI's own reduction loop;
     ``copy``: ``np.copyto`` of a just-written vector (MPICH's Allreduce starts by
     copying its input into the output). The last two price MPI's Allreduce
-    (``comm/cost_mpich.py``).
+    (``comm/cost/mpich.py``).
     """
     from mpi4py import MPI
 
@@ -138,7 +138,7 @@ def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> floa
     A buffer this long comes straight from the kernel (``mmap``) at every
     ``malloc``, and each 4 KiB page faults when first written: MPICH's
     Allreduce pays this on its temporary buffer from 32 MiB up
-    (``comm/cost_mpich.py``). Measured on an anonymous ``mmap``, as malloc
+    (``comm/cost/mpich.py``). Measured on an anonymous ``mmap``, as malloc
     gets it (numpy's own large arrays ask for huge pages, which fault 512x
     less often: 4 ms instead of 24 ms for 64 MiB here).
     """
@@ -154,8 +154,8 @@ def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> floa
 
 def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
     """Seconds of one exchange of 4 bytes through ``comm.allreduce`` (no check)."""
-    from minidist.comm.allreduce import allreduce
-    from minidist.comm.mpi_transport import MPICommunicator
+    from minidist.comm.collectives.allreduce import allreduce
+    from minidist.comm.transport.mpi import MPICommunicator
 
     c = MPICommunicator(mpi_comm)
     one, out = np.ones(1, np.float32), np.empty(1, np.float32)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help=f"where to save (default {network_model_path()})")
     parser.add_argument("--dry-run", action="store_true", help="print the fit, save nothing")
     args = parser.parse_args(argv)
-    from minidist.comm.world import running_under_mpi
+    from minidist.comm.transport.world import running_under_mpi
 
     if not running_under_mpi():
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")

@@ -1,44 +1,71 @@
-"""Communication: transports, launching ranks, and (below) the collectives.
+"""Communication: transports, collectives, and their cost model.
 
     from minidist import comm
     c = comm.world()                               # MPI world under mpiexec, else size 1
     comm.launch(fn, world_size=4, backend="local")  # fn(c, *args) on every rank
+    comm.allreduce(x, c, op="sum", algorithm="ring")
     comm.LocalCluster(4, network=comm.NetworkModel(alpha=1e-6, beta=1e-9, gamma=0))
+
+Layout: ``transport/`` (the Communicator, MPI and in-process transports,
+launching), ``collectives/`` (the agreement check, the collectives, the
+allreduce algorithms), ``cost/`` (the network model, each algorithm's cost,
+MPICH's), and beside them ``ops`` (reductions), ``tags`` (every message tag)
+and ``errors``.
 """
 
-from minidist.comm.communicator import Communicator, Request
+import importlib
+import sys
+
+from minidist.comm import cost
+from minidist.comm.collectives import (
+    ALGORITHMS,
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    gather,
+    reduce,
+    reduce_scatter,
+    scatter,
+)
+from minidist.comm.cost.network import NetworkModel, load_network_model, save_network_model
 from minidist.comm.errors import CommError, RankError, RankFailure
-from minidist.comm.launch import launch
-from minidist.comm.local_cluster import LocalCluster, run_local
-from minidist.comm.local_transport import LocalCommunicator, Straggler
-from minidist.comm.network import NetworkModel, load_network_model, save_network_model
 from minidist.comm.ops import REDUCTION_OPS, apply_op, check_reducible
-from minidist.comm.stats import CommStats, LocalStats
-from minidist.comm.world import world
+from minidist.comm.transport import (
+    CommStats,
+    Communicator,
+    LocalCluster,
+    LocalCommunicator,
+    LocalStats,
+    Request,
+    Straggler,
+    launch,
+    run_local,
+    world,
+)
+from minidist.util.parts import chunk_bounds
 
 __all__ = [
     "Communicator", "Request", "world", "launch", "LocalCluster", "LocalCommunicator",
     "run_local", "Straggler", "NetworkModel", "load_network_model", "save_network_model",
     "CommStats", "LocalStats", "CommError", "RankError", "RankFailure",
     "REDUCTION_OPS", "apply_op", "check_reducible",
-]
-
-# --- collectives and allreduce algorithms (their engineer adds imports and names here) ---
-from minidist.comm import cost  # noqa: E402
-from minidist.comm.allreduce import ALGORITHMS, allreduce  # noqa: E402
-from minidist.comm.collectives import (  # noqa: E402
-    allgather,
-    alltoall,
-    barrier,
-    broadcast,
-    chunk_bounds,
-    gather,
-    reduce,
-    reduce_scatter,
-    scatter,
-)
-
-__all__ += [
     "cost", "ALGORITHMS", "allreduce", "allgather", "alltoall", "barrier", "broadcast",
     "chunk_bounds", "gather", "reduce", "reduce_scatter", "scatter",
 ]
+
+# Module paths of the flat layout before ``transport/``, ``collectives/`` and ``cost/``:
+# scripts that import them keep working.
+_MOVED = {
+    "communicator": "transport.communicator",
+    "local_transport": "transport.local", "local_fabric": "transport.fabric",
+    "local_cluster": "transport.cluster", "world": "transport.world",
+    "launch": "transport.launch", "trace": "transport.trace", "stats": "transport.stats",
+    "allreduce": "collectives.allreduce", "consistency": "collectives.agreement",
+    "allreduce_central": "collectives.central", "allreduce_ring": "collectives.ring",
+    "allreduce_tree": "collectives.tree", "allreduce_doubling": "collectives.doubling",
+    "network": "cost.network", "cost_mpich": "cost.mpich",
+}
+for _old, _new in _MOVED.items():
+    sys.modules.setdefault(f"{__name__}.{_old}", importlib.import_module(f"{__name__}.{_new}"))

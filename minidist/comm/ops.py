@@ -68,7 +68,7 @@ def reduce_into(op: str, acc: np.ndarray, incoming: np.ndarray,
     """:func:`apply_op` for the inner loop of a collective: no dtype check.
 
     A collective checks its op and dtype once, before any data moves
-    (``consistency.py``); then every step of its schedule only needs the
+    (``agreement.py``); then every step of its schedule only needs the
     ufunc. Checking again at each step costs more than adding a short
     vector (about 1 µs against 0.3 µs for an 8-byte ``np.add``), so here
     only the shapes are compared, which is nearly free.

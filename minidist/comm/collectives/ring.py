@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.comm.communicator import Communicator
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator
 
-TAG = 41
+TAG = Tag.RING
 SEGMENT_BYTES = 1 << 30
 
 

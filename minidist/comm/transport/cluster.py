@@ -1,7 +1,7 @@
 """Running a function on P in-process ranks: a cluster on one laptop, in one process.
 
 ``run_local(fn, P)`` starts P threads, gives each a
-:class:`~minidist.comm.local_transport.LocalCommunicator` of one shared
+:class:`~minidist.comm.transport.local.LocalCommunicator` of one shared
 fabric, runs ``fn(comm, *args)`` on every rank and returns the P results
 in rank order. A :class:`LocalCluster` does the same and keeps each rank's
 counters afterwards (``cluster.stats[rank]``), so a notebook can read what
@@ -32,12 +32,12 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankError, RankFailure
-from minidist.comm.local_fabric import Fabric
-from minidist.comm.local_transport import LocalCommunicator, RankState, Straggler
-from minidist.comm.network import NetworkModel, load_network_model
-from minidist.comm.stats import LocalStats
-from minidist.comm.trace import trace_enabled
+from minidist.comm.transport.fabric import Fabric
+from minidist.comm.transport.local import LocalCommunicator, RankState, Straggler
+from minidist.comm.transport.stats import LocalStats
+from minidist.comm.transport.trace import trace_enabled
 
 DEFAULT_RECV_TIMEOUT = 10.0  # real seconds a receive may wait when no deadlock is proven
 
@@ -45,7 +45,9 @@ DEFAULT_RECV_TIMEOUT = 10.0  # real seconds a receive may wait when no deadlock 
 class LocalCluster:
     """P in-process ranks with a network model, stragglers and failures.
 
-    - ``network``: a :class:`NetworkModel`; default :func:`load_network_model`.
+    - ``network``: a :class:`NetworkModel`; default ``NetworkModel()``, the same
+      figures on every machine, so a notebook's clocks read the same everywhere
+      (pass ``comm.load_network_model()`` for this machine's fit).
     - ``stragglers``: ``{rank: Straggler(...)}``, or ``{rank: seconds}`` as a
       shorthand for ``Straggler(delay=seconds)``.
     - ``failures``: ``{rank: k}``: the rank's first ``k`` communication
@@ -69,7 +71,7 @@ class LocalCluster:
                 raise ValueError(f"straggler/failure for rank {rank}, but ranks are "
                                  f"0..{world_size - 1}")
         self.world_size = world_size
-        self.network = network if network is not None else load_network_model()
+        self.network = network if network is not None else NetworkModel()
         self.stragglers = {r: s if isinstance(s, Straggler) else Straggler(delay=float(s))
                            for r, s in (stragglers or {}).items()}
         self.failures = dict(failures or {})

@@ -1,6 +1,6 @@
 """One rank of a ``launch(..., backend="mpi")`` job (run by mpiexec, not by users).
 
-    mpiexec -n P python -m mpi4py -m minidist.comm._launch_worker DIR
+    mpiexec -n P python -m mpi4py -m minidist.comm.transport.launch_worker DIR
 
 Reads the pickled ``(fn, args)`` from DIR, runs ``fn(world(), *args)`` and
 writes ``result-RANK.pkl``: ``{"ok": True, "value": ...}`` or, if it
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from minidist.comm.launch import PAYLOAD, SYS_PATH, result_path
+from minidist.comm.transport.launch import PAYLOAD, SYS_PATH, result_path
 
 
 def run_rank(folder: Path) -> None:
@@ -25,7 +25,7 @@ def run_rank(folder: Path) -> None:
     for entry in (folder / SYS_PATH).read_text().splitlines():
         if entry not in sys.path:
             sys.path.append(entry)
-    from minidist.comm.world import world
+    from minidist.comm.transport.world import world
 
     comm = world()
     try:

@@ -15,7 +15,7 @@ moves ``(P-1)/P·N`` per rank in ``P-1`` rounds of fan-in 1.
 
 Every function is out-of-place (returns a new array), accepts any world size,
 any length and the dtypes float32/float64/int32/int64, and first checks that
-all ranks agree on length, dtype, op and root (``consistency.py``), so a
+all ranks agree on length, dtype, op and root (``agreement.py``), so a
 mismatch raises the same error on every rank; ``check=False`` skips it.
 """
 
@@ -23,19 +23,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.comm.allreduce_ring import (
+from minidist.comm.collectives.agreement import check_same_everywhere
+from minidist.comm.collectives.ring import (
     SEGMENT_BYTES,
     chunk_bounds,
     ring_allgather,
     ring_reduce_scatter,
 )
-from minidist.comm.communicator import Communicator
-from minidist.comm.consistency import check_same_everywhere
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
            "alltoall", "barrier", "chunk_bounds"]
 
-TAG = 71
+TAG = Tag.COLLECTIVE
 
 
 def _check_root(c: Communicator, root: int) -> None:

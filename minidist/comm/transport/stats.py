@@ -8,7 +8,7 @@ communicator made by ``split`` shares its parent's counters):
 - ``messages_sent`` / ``bytes_sent``: one per message posted, its size;
 - ``messages_recv`` / ``bytes_recv``: one per message received, its size.
 
-The in-process transport also models time (see ``local_transport.py``):
+The in-process transport also models time (see ``transport/local.py``):
 :class:`LocalStats` adds ``clock`` (seconds) and ``rounds`` (message
 latencies), each kept by a :class:`Timeline`.
 """
@@ -43,7 +43,7 @@ class CommStats:
 class Timeline:
     """One rank's time on one scale: now, and when its two links are next free.
 
-    The rules (module docstring of ``local_transport.py``) in three methods.
+    The rules (module docstring of ``transport/local.py``) in three methods.
     """
 
     now: float = 0.0

@@ -43,7 +43,7 @@ import json
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from minidist.comm.network import NetworkModel, network_model_path
+from minidist.comm.cost.network import NetworkModel, network_model_path
 
 FRESH_FROM = 32 << 20  # bytes: glibc's largest mmap threshold; longer buffers are fresh pages
 

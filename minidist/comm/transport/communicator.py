@@ -1,8 +1,8 @@
 """The Communicator interface: what every transport offers and every algorithm uses.
 
 Collectives and allreduce algorithms are written once against these methods;
-two transports implement them: MPI (``mpi_transport.py``) and ranks-as-threads
-in one process (``local_transport.py``). Buffers are contiguous arrays; a
+two transports implement them: MPI (``transport/mpi.py``) and ranks-as-threads
+in one process (``transport/local.py``). Buffers are contiguous arrays; a
 receive fills the array it is given (no pickling on a hot path).
 """
 
@@ -15,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 
 from minidist.comm.ops import reduce_into
-from minidist.comm.stats import CommStats
+from minidist.comm.transport.stats import CommStats
 
 T = TypeVar("T")
 SCRATCH_KEPT_FROM = 1 << 16  # bytes: scratch() keeps buffers from this size up
@@ -36,7 +36,7 @@ class Request(ABC):
 class Communicator(ABC):
     """A group of ``size`` ranks; this object is rank ``rank`` of it.
 
-    ``stats`` counts this rank's messages and bytes (``minidist.comm.stats``).
+    ``stats`` counts this rank's messages and bytes (``minidist.comm.transport.stats``).
     """
 
     rank: int

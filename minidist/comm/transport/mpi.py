@@ -9,7 +9,7 @@ costs copies and CPU on every message, so they never appear here.
 Arrays must be C-contiguous (MPI reads raw memory); their dtype tells
 mpi4py the MPI datatype. The wrapper counts, per process, messages and
 bytes sent and received (``c.stats``, a
-:class:`~minidist.comm.stats.CommStats`, shared with communicators split
+:class:`~minidist.comm.transport.stats.CommStats`, shared with communicators split
 from it), with the same rules as the in-process transport: a receive
 counts its buffer's size. There is no modelled clock: under MPI, time is
 real, measure it. ``MINIDIST_TRACE=1`` prints each message sent.
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from minidist.comm.communicator import Communicator, Request
-from minidist.comm.stats import CommStats
-from minidist.comm.trace import trace_enabled, trace_message
+from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm.transport.stats import CommStats
+from minidist.comm.transport.trace import trace_enabled, trace_message
 
 
 class MPICommunicator(Communicator):

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from minidist.comm.allreduce_ring import chunk_bounds
-from minidist.comm.communicator import Communicator
+from minidist.comm.collectives.ring import chunk_bounds
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator
 
-TAG = 61
+TAG = Tag.CENTRAL
 
 
 def naive_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) -> None:

@@ -2,7 +2,7 @@
 
 A :class:`LocalCommunicator` has the methods of the MPI one, so collective
 code runs unchanged on both. Messages are numpy copies handed over through
-a shared :class:`~minidist.comm.local_fabric.Fabric`; matching follows MPI
+a shared :class:`~minidist.comm.transport.fabric.Fabric`; matching follows MPI
 (same source, destination and tag: first posted, first matched). Sends are
 buffered: ``send`` returns without waiting for the receiver (MPI's eager
 protocol). With ``eager_limit=k`` a send of more than ``k`` bytes waits
@@ -35,7 +35,7 @@ an incoming link. With ``m(n) = alpha + beta · n`` for an n-byte message:
    found at entry; it sends nothing and costs nothing else.
    ``split()`` is free.
 
-With a bandwidth curve (``network.py``), β and γ depend on size: inside
+With a bandwidth curve (``cost/network.py``), β and γ depend on size: inside
 ``comm.allreduce`` on an N-byte vector every message and reduction is
 priced with ``network.at(N)`` (``price_as_part_of``), elsewhere at its own
 size; the cost model prices alike, so clock and model still agree exactly.
@@ -67,13 +67,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minidist.comm.communicator import Communicator, Request
+from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankFailure
-from minidist.comm.local_fabric import Fabric, Message, PostedRecv, Wait
-from minidist.comm.network import NetworkModel
 from minidist.comm.ops import reduce_into
-from minidist.comm.stats import LocalStats
-from minidist.comm.trace import trace_message
+from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm.transport.fabric import Fabric, Message, PostedRecv, Wait
+from minidist.comm.transport.stats import LocalStats
+from minidist.comm.transport.trace import trace_message
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,10 @@ from functools import partial
 
 import numpy as np
 
-from minidist.comm.communicator import Communicator
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator
 
-TAG = 31
+TAG = Tag.RECURSIVE_DOUBLING
 
 
 def receive_and_combine(c: Communicator, combine: Callable[[np.ndarray, np.ndarray, bool], None],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from minidist.comm.communicator import Communicator
+from minidist.comm.transport.communicator import Communicator
 
 MPI_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", "PMIX_RANK",
                           "OMPI_COMM_WORLD_SIZE")
@@ -43,11 +43,11 @@ def world() -> Communicator:
         if running_under_mpi():
             from mpi4py import MPI
 
-            from minidist.comm.mpi_transport import MPICommunicator
+            from minidist.comm.transport.mpi import MPICommunicator
 
             _world = MPICommunicator(MPI.COMM_WORLD)
         else:
-            from minidist.comm.local_cluster import LocalCluster
+            from minidist.comm.transport.cluster import LocalCluster
 
             _world = LocalCluster(1).communicators()[0]
     return _world

@@ -3,14 +3,14 @@
 A segmented tree allreduce has no short closed form: segment k climbs the
 tree while segment k+1 follows one level behind, and every link serves one
 message at a time. :func:`pipeline_time` steps every segment through the
-tree with the in-process transport's clock rules (``local_transport.py``),
+tree with the in-process transport's clock rules (``transport/local.py``),
 so that ``comm.cost`` predicts exactly what the transport's clock reaches.
 """
 
 from __future__ import annotations
 
-from minidist.comm.allreduce_tree import Tree
-from minidist.comm.network import NetworkModel
+from minidist.comm.collectives.tree import Tree
+from minidist.comm.cost.network import NetworkModel
 
 
 def pipeline_time(p: int, schedule: list[list[tuple[Tree, int]]], net: NetworkModel) -> float:
@@ -20,7 +20,7 @@ def pipeline_time(p: int, schedule: list[list[tuple[Tree, int]]], net: NetworkMo
     non-blocking (they hold the sender's outgoing link, not its clock) and
     are waited for at the end of each phase; receives block. Within segment
     k a rank works on the trees where it is a leaf first going up, last
-    going down. The rules are the transport's (``local_transport.py``).
+    going down. The rules are the transport's (``transport/local.py``).
     """
     clock, out_free, in_free = [0.0] * p, [0.0] * p, [0.0] * p
     posted: dict[tuple[int, int, int], float] = {}  # (tree, from, to) -> when the send started

@@ -44,8 +44,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.comm.allreduce_doubling import TAG, recursive_doubling_allreduce
-from minidist.comm.communicator import Communicator
+from minidist.comm.collectives.doubling import TAG, recursive_doubling_allreduce
+from minidist.comm.transport.communicator import Communicator
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.int64))
 OPS = ("sum", "max", "min", "prod")
@@ -63,7 +63,7 @@ def rides_with_check(algorithm: str, p: int, nbytes: int) -> bool:
 
     Those of at most ``SMALL_BYTES`` whose schedule *is* the check's, a
     recursive doubling: ``"recursive_doubling"``, and ``"tree"`` on two
-    ranks (one exchange, see ``allreduce_tree.py``).
+    ranks (one exchange, see ``collectives/tree.py``).
     """
     return nbytes <= SMALL_BYTES and p > 1 and (
         algorithm == "recursive_doubling" or (algorithm == "tree" and p == 2))

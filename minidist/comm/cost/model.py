@@ -1,8 +1,8 @@
 """The cost model: what each allreduce should cost, before running it.
 
-Three numbers price everything (``network.py``): a message of n bytes takes
+Three numbers price everything (``cost/network.py``): a message of n bytes takes
 ``m(n) = alpha + beta·n`` seconds, reducing n bytes ``r(n) = gamma·n``. On
-a real machine β and γ depend on n (a fitted curve, see ``network.py``):
+a real machine β and γ depend on n (a fitted curve, see ``cost/network.py``):
 the formulas below keep their shape, each message priced at its own size.
 With P ranks and an N-byte vector cut into chunks of ``c = ceil(N/P)`` bytes:
 
@@ -25,7 +25,7 @@ longest chunk, an upper bound within 1% when a segmented ring's pieces are
 uneven), and for the trees by stepping every segment through the tree with
 the transport's rules (a recurrence: a pipeline has no short formula).
 ``"mpi"`` is what the in-process transport runs for it (recursive
-doubling); ``cost_mpich.py`` models MPICH's real choice for benchmarks.
+doubling); ``cost/mpich.py`` models MPICH's real choice for benchmarks.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from minidist.comm.allreduce_ring import SEGMENT_BYTES as RING_SEGMENT_BYTES
-from minidist.comm.allreduce_ring import chunk_bounds, pieces
-from minidist.comm.allreduce_tree import SEGMENT_BYTES as TREE_SEGMENT_BYTES
-from minidist.comm.allreduce_tree import Tree, inorder_tree, mirrored_tree
-from minidist.comm.consistency import PACKET_BYTES, rides_with_check
-from minidist.comm.cost_pipeline import pipeline_time
-from minidist.comm.network import NetworkModel
+from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
+from minidist.comm.collectives.ring import SEGMENT_BYTES as RING_SEGMENT_BYTES
+from minidist.comm.collectives.ring import chunk_bounds, pieces
+from minidist.comm.collectives.tree import SEGMENT_BYTES as TREE_SEGMENT_BYTES
+from minidist.comm.collectives.tree import Tree, inorder_tree, mirrored_tree
+from minidist.comm.cost.network import NetworkModel
+from minidist.comm.cost.pipeline import pipeline_time
 
 
 @dataclass
@@ -184,7 +184,8 @@ def double_tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel,
 
 
 def mpi_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
-    """What ``"mpi"`` runs on the in-process transport: recursive doubling (see allreduce.py)."""
+    """What ``"mpi"`` runs on the in-process transport: recursive doubling
+    (see ``collectives/allreduce.py``)."""
     cost = recursive_doubling_cost(p, nbytes, itemsize, net)
     cost.algorithm = "mpi"
     return cost
@@ -196,7 +197,7 @@ MODELS = {"naive": naive_cost, "ps": ps_cost, "ring": ring_cost, "tree": tree_co
 
 
 def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") -> Cost:
-    """The agreement check of ``allreduce(check=True)`` (see ``consistency.py``).
+    """The agreement check of ``allreduce(check=True)`` (see ``agreement.py``).
 
     A recursive-doubling allreduce of one packet, ``PACKET_BYTES`` (the max of
     its header is not charged as reduction); when the data rides in the
@@ -216,7 +217,8 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     """The predicted :class:`Cost` of ``allreduce(..., algorithm)`` on ``nbytes`` bytes.
 
     ``itemsize`` fixes how the vector is cut (chunks are whole elements);
-    ``network`` defaults to the saved fit (``load_network_model``).
+    ``network`` defaults to ``NetworkModel()``, as ``LocalCluster``'s does (pass
+    ``load_network_model()`` for this machine's fit).
     ``check=True`` adds the agreement check that ``allreduce`` runs by
     default (:func:`check_cost`); its time is then the sum of the two
     parts (exact when P is a power of two: all ranks leave the check at once).
@@ -226,9 +228,7 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     if nbytes % itemsize:
         raise ValueError(f"{nbytes} bytes is not a whole number of {itemsize}-byte items")
     if network is None:
-        from minidist.comm.network import load_network_model
-
-        network = load_network_model()
+        network = NetworkModel()
     if world_size == 1 or nbytes == 0:
         cost = _empty(algorithm, world_size, nbytes)
     else:

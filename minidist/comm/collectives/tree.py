@@ -32,11 +32,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.comm.allreduce_doubling import recursive_doubling_allreduce
-from minidist.comm.allreduce_ring import pieces
-from minidist.comm.communicator import Communicator, Request
+from minidist.comm.collectives.doubling import recursive_doubling_allreduce
+from minidist.comm.collectives.ring import pieces
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator, Request
 
-TAG = 51
+TAG = Tag.TREE
 SEGMENT_BYTES = 1 << 22
 
 

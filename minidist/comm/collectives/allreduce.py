@@ -28,7 +28,7 @@ Every algorithm accepts any world size, any length (0, shorter than P, not
 divisible by P), float32/float64/int32/int64 and the ops sum/max/min/prod,
 and leaves identical bits on every rank. Before the data moves the ranks
 check that they agree on length, dtype, op and algorithm (see
-``consistency.py``), so a mismatch raises the same error on every rank
+``agreement.py``), so a mismatch raises the same error on every rank
 instead of hanging.
 """
 
@@ -38,16 +38,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from minidist.comm.allreduce_central import naive_allreduce, ps_allreduce
-from minidist.comm.allreduce_doubling import recursive_doubling_allreduce
-from minidist.comm.allreduce_ring import ring_allreduce
-from minidist.comm.allreduce_tree import double_tree_allreduce, tree_allreduce
-from minidist.comm.communicator import Communicator
-from minidist.comm.consistency import (
+from minidist.comm.collectives.agreement import (
     check_same_everywhere,
     checked_small_allreduce,
     rides_with_check,
 )
+from minidist.comm.collectives.central import naive_allreduce, ps_allreduce
+from minidist.comm.collectives.doubling import recursive_doubling_allreduce
+from minidist.comm.collectives.ring import ring_allreduce
+from minidist.comm.collectives.tree import double_tree_allreduce, tree_allreduce
+from minidist.comm.transport.communicator import Communicator
 
 
 def mpi_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) -> None:
@@ -90,7 +90,7 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     ``out=`` writes the result into a C-contiguous array of the same shape
     and dtype instead; ``out=arr`` reduces in place. ``check=False`` skips
     the agreement check on length, dtype, op and algorithm (one small
-    allreduce, see ``consistency.py``): faster for tiny vectors, but a
+    allreduce, see ``agreement.py``): faster for tiny vectors, but a
     mismatch may then hang instead of raising (all ranks must pass the same
     ``check``).
     """
@@ -117,7 +117,7 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
             raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")
     code = _ALGORITHM_CODES[algorithm]
     if check and rides_with_check(algorithm, c.size, src.nbytes):
-        # the check and the data in the same packets (see consistency.py)
+        # the check and the data in the same packets (see agreement.py)
         checked_small_allreduce(src, result, c, op, length=src.size, algorithm=code)
     else:
         check_same_everywhere(c, "allreduce", src.dtype, op, check, length=src.size,
