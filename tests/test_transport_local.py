@@ -175,6 +175,31 @@ def test_split_groups_by_color_orders_by_key_and_shares_counters():
     assert [r[3] for r in results] == [1] * 5  # counted on the rank, not the sub-communicator
 
 
+def messages_on_a_duplicate_never_match_the_original(c):
+    """Rank 0 sends 1.0 on the private duplicate, then 2.0 on c, both with tag 0;
+    rank 1 receives on c first and must get 2.0. Returns (what c got, what the
+    duplicate got, the duplicate is kept, it shares the counters)."""
+    private = c.private()
+    if c.rank == 0:
+        sending = [private.isend(np.ones(1), 1), c.isend(np.full(1, 2.0), 1)]
+        for request in sending:
+            request.wait()
+        return None
+    if c.rank == 1:
+        on_c, on_private = np.empty(1), np.empty(1)
+        c.recv(on_c, 0)
+        private.recv(on_private, 0)
+        return float(on_c[0]), float(on_private[0]), private is c.private(), \
+            private.stats is c.stats
+    return None
+
+
+def test_a_duplicate_is_a_context_of_its_own_sharing_the_counters():
+    results, stats = run(messages_on_a_duplicate_never_match_the_original, 3)
+    assert results[1] == (2.0, 1.0, True, True)
+    assert stats[0].messages_sent == 2 and stats[1].messages_recv == 2
+
+
 # --- counters, rounds and the clock, exactly as documented ----------------------------------
 
 def test_one_message_costs_alpha_plus_beta_n_on_both_sides():

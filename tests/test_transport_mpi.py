@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_transport_local import messages_on_a_duplicate_never_match_the_original
 
 from minidist import comm
 
@@ -65,6 +66,10 @@ def transport_checks(c):
     sub.mpi_comm.Allreduce(MPI.IN_PLACE, total)
     seen["sub_total"] = int(total[0])
 
+    # a duplicate is a context of its own (the library's collectives send on one)
+    if c.size > 1:
+        seen["dup"] = messages_on_a_duplicate_never_match_the_original(c)
+
     # a strided view is refused before MPI sees it
     try:
         c.send(np.zeros((4, 4))[:, 0], right)
@@ -96,6 +101,8 @@ def test_mpi_transport_semantics_and_counters(world_size):
                                True)
         assert seen["sub_total"] == sum(same_color)
         assert "C-contiguous" in seen["strided"]
+        if p > 1 and rank == 1:
+            assert seen["dup"] == (2.0, 1.0, True, True)
 
 
 def _trace_pair(c):

@@ -72,6 +72,23 @@ class Communicator(ABC):
     def split(self, color: int, key: int = 0) -> Communicator:
         """Ranks with the same ``color`` form a new communicator, ordered by ``key``."""
 
+    @abstractmethod
+    def dup(self) -> Communicator:
+        """The same ranks in a new context, as ``MPI_Comm_dup``: its messages never match
+        this communicator's. It shares this one's counters (and modelled clock). Every
+        rank must call it, in the same order as its other collective calls."""
+
+    def private(self) -> Communicator:
+        """The duplicate the library's collectives send on, made by the first collective
+        and kept.
+
+        A collective written as a lesson sends with the default tag, like the
+        user's own messages; on a context of its own, none of its messages can
+        match a receive the user posted, or be taken by one (MPI libraries keep
+        such a duplicate for the same reason).
+        """
+        return self.kept("private", self.dup)
+
     def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
                 incoming_first: bool = False) -> None:
         """``acc = op(acc, incoming)`` in place: the local reduction step of a collective.

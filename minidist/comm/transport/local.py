@@ -179,6 +179,13 @@ class LocalCommunicator(Communicator):
         return LocalCommunicator(self.fabric, self.state, members,
                                  (*self.context, "split", seq, color))
 
+    def dup(self) -> LocalCommunicator:
+        # no message: every rank numbers its duplicates alike, in call order
+        calls = self.state.collective_calls
+        seq = calls[(self.context, "dup")] = calls.get((self.context, "dup"), -1) + 1
+        return LocalCommunicator(self.fabric, self.state, self.members,
+                                 (*self.context, "dup", seq))
+
     # --- local work ------------------------------------------------------------------
     def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
                 incoming_first: bool = False) -> None:

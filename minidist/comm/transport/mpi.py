@@ -82,6 +82,9 @@ class MPICommunicator(Communicator):
     def split(self, color: int, key: int = 0) -> MPICommunicator:
         return MPICommunicator(self.mpi_comm.Split(color, key), self.stats)
 
+    def dup(self) -> MPICommunicator:
+        return MPICommunicator(self.mpi_comm.Dup(), self.stats)
+
     def _count_send(self, buf: np.ndarray, dest: int, tag: int) -> None:
         _check_contiguous(buf, "send")
         self.stats.messages_sent += 1
