@@ -16,43 +16,22 @@ and ``errors``.
 import importlib
 import sys
 
+# the cost model first: it imports the algorithms it prices, which import the transports
 from minidist.comm import cost
-from minidist.comm.collectives import (
-    ALGORITHMS,
-    allgather,
-    allreduce,
-    alltoall,
-    barrier,
-    broadcast,
-    gather,
-    reduce,
-    reduce_scatter,
-    scatter,
-)
+
+# isort: split
+from minidist.comm import collectives, transport
+from minidist.comm.collectives import *  # noqa: F403 (each collective, by its name)
 from minidist.comm.cost.network import NetworkModel, load_network_model, save_network_model
 from minidist.comm.errors import CommError, RankError, RankFailure
 from minidist.comm.ops import REDUCTION_OPS, apply_op, check_reducible
-from minidist.comm.transport import (
-    CommStats,
-    Communicator,
-    LocalCluster,
-    LocalCommunicator,
-    LocalStats,
-    Request,
-    Straggler,
-    launch,
-    run_local,
-    world,
-)
+from minidist.comm.transport import *  # noqa: F403 (Communicator, LocalCluster, launch, world...)
 from minidist.util.parts import chunk_bounds
 
 __all__ = [
-    "Communicator", "Request", "world", "launch", "LocalCluster", "LocalCommunicator",
-    "run_local", "Straggler", "NetworkModel", "load_network_model", "save_network_model",
-    "CommStats", "LocalStats", "CommError", "RankError", "RankFailure",
-    "REDUCTION_OPS", "apply_op", "check_reducible",
-    "cost", "ALGORITHMS", "allreduce", "allgather", "alltoall", "barrier", "broadcast",
-    "chunk_bounds", "gather", "reduce", "reduce_scatter", "scatter",
+    *transport.__all__, *collectives.__all__, "cost", "chunk_bounds",
+    "NetworkModel", "load_network_model", "save_network_model",
+    "CommError", "RankError", "RankFailure", "REDUCTION_OPS", "apply_op", "check_reducible",
 ]
 
 # Module paths of the flat layout before ``transport/``, ``collectives/`` and ``cost/``:
