@@ -1,16 +1,22 @@
-"""Reduction operators: the arithmetic a collective does when two messages meet.
+"""Reduction operators and dtypes: what a collective supports, listed once.
 
 An allreduce moves bytes *and* combines them. The combining step is always
 the same small thing: ``acc = op(acc, incoming)``, element by element, in
 place, so that no algorithm allocates a new array per step. Four operators
 are enough for the course: ``"sum"`` (gradients), ``"max"``, ``"min"`` and
-``"prod"``.
+``"prod"``; four dtypes: float32, float64, int32 and int64.
 
-Not every dtype makes sense with every operator: a boolean "sum" is a
-logical or in numpy, an object array would call Python per element, and
-complex numbers have no order, so ``max``/``min`` of them means nothing.
-:func:`check_reducible` refuses those with an error that names the dtype
-and the operator, before any byte moves.
+This module is the one registry of both: :data:`OPS` and :data:`DTYPES`,
+with the small integer codes the agreement check sends for them
+(``collectives/agreement.py``; code 0 means "not supported", so that a rank
+with a bad argument still takes part in the check and every rank raises).
+
+The local step itself (:func:`apply_op`) accepts more: every integer and
+real float dtype with all four operators, and complex ones with ``"sum"``
+and ``"prod"``. A boolean "sum" is a logical or in numpy, an object array
+would call Python per element, and complex numbers have no order, so
+``max``/``min`` of them means nothing: :func:`check_reducible` refuses
+those with an error that names the dtype and the operator.
 
 Cost: one pass over the ``N`` elements, ``gamma · N · itemsize`` seconds
 in the α-β-γ model (γ = seconds per byte reduced).
@@ -20,9 +26,15 @@ from __future__ import annotations
 
 import numpy as np
 
-REDUCTION_OPS = ("sum", "max", "min", "prod")
+OPS = ("sum", "max", "min", "prod")
+REDUCTION_OPS = OPS  # the name ``comm.REDUCTION_OPS`` exports
+DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
 
-UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+UFUNCS = dict(zip(OPS, (np.add, np.maximum, np.minimum, np.multiply), strict=True))
+
+# The agreement check's codes: 1, 2, ... in the order above; 0 for anything else.
+OP_CODES = {op: k + 1 for k, op in enumerate(OPS)}
+DTYPE_CODES = {dtype: k + 1 for k, dtype in enumerate(DTYPES)}
 
 # Signed and unsigned integers and real floats reduce with every operator;
 # complex numbers only with the ones that need no order.
@@ -33,12 +45,12 @@ _UNORDERED_OK = {"c": ("sum", "prod")}
 def check_reducible(arr: np.ndarray, op: str) -> None:
     """Raise a clear error unless ``op`` can reduce arrays of ``arr``'s dtype.
 
-    Supported: every integer and real float dtype (float32, float64, int32 and
-    int64 are the ones the course uses) with all four operators, and complex
-    dtypes with ``"sum"`` and ``"prod"``.
+    Supported: every integer and real float dtype with all four operators
+    (the collectives take :data:`DTYPES`), and complex dtypes with ``"sum"``
+    and ``"prod"``.
     """
     if op not in UFUNCS:
-        raise ValueError(f"unknown reduction op {op!r}; choose one of {REDUCTION_OPS}")
+        raise ValueError(f"unknown reduction op {op!r}; choose one of {OPS}")
     dtype = np.asarray(arr).dtype
     if dtype.kind in _ORDERED_KINDS:
         return

@@ -45,12 +45,10 @@ from typing import NamedTuple
 import numpy as np
 
 from minidist.comm.collectives.doubling import TAG, recursive_doubling_allreduce
+from minidist.comm.ops import DTYPE_CODES as _DTYPE_CODES
+from minidist.comm.ops import DTYPES, OPS
+from minidist.comm.ops import OP_CODES as _OP_CODES
 from minidist.comm.transport.communicator import Communicator
-
-DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.int64))
-OPS = ("sum", "max", "min", "prod")
-_DTYPE_CODES = {dtype: k + 1 for k, dtype in enumerate(DTYPES)}
-_OP_CODES = {op: k + 1 for k, op in enumerate(OPS)}
 
 MAX_FIELDS = 8  # collective, dtype, op and up to five more
 HEADER_BYTES = 2 * 8 * MAX_FIELDS  # each field as v and -v, int64
