@@ -1,22 +1,31 @@
-"""Collectives built from point-to-point messages: who ends up with what.
+"""Collectives built from point-to-point messages: who ends up with what (Lab 2).
 
-* broadcast: the root's array on every rank (linear, or a binomial tree).
-* reduce: the reduction of every rank's array, on the root (binomial tree).
-* gather / scatter: the root collects one array per rank / hands one out.
-* allgather: every rank gets every rank's array (ring).
-* reduce_scatter: the reduction, cut into P chunks; rank k keeps chunk k (ring).
-* alltoall: rank i's block j goes to rank j (pairwise exchange).
-* barrier: nobody leaves before everybody has arrived (dissemination).
+broadcast (linear, or a binomial tree), reduce (binomial tree), gather and
+scatter (linear), allgather and reduce_scatter (ring: rank k keeps chunk k),
+alltoall (pairwise exchange) and barrier (dissemination).
 
-With P ranks and N bytes: a *linear* schedule (the root talks to each rank
-in turn) costs ``P-1`` rounds at the root; a *binomial tree* doubles the
-number of informed ranks each round, ``ceil(log2 P)`` rounds; a *ring*
-moves ``(P-1)/P·N`` per rank in ``P-1`` rounds of fan-in 1.
+Each is written first as the lesson, with ``send``/``recv`` on the default
+tag as Lab 2 teaches it: ``broadcast_linear``, ``broadcast_binomial`` and
+``reduce_binomial`` *are* the lab's answers (a test keeps them the same).
+Ranks are numbered relative to the root, ``me = (rank - root) % P``; a ring
+sends to ``rank + 1`` and receives from ``rank - 1``. With P ranks and N
+bytes: a *linear* schedule costs P-1 rounds at the root; a *binomial tree*
+doubles the ranks that hold the data each round, ``ceil(log2 P)`` rounds; a
+*ring* moves ``(P-1)/P·N`` per rank in P-1 rounds of fan-in 1.
 
-Every function is out-of-place (returns a new array), accepts any world size,
-any length and the dtypes float32/float64/int32/int64, and first checks that
-all ranks agree on length, dtype, op and root (``agreement.py``), so a
-mismatch raises the same error on every rank; ``check=False`` skips it.
+The public functions at the end (``comm.broadcast`` and the others) add
+what a library needs beneath the lessons, each explained where it lives:
+
+1. the agreement check (``agreement.py``): the ranks first agree on length,
+   dtype, op, root and schedule, so a mismatch raises the same error on
+   every rank instead of hanging (``check=False`` skips it);
+2. a communicator of their own, ``c.private()`` (``MPI_Comm_dup``): the
+   lesson's tag-0 messages never meet the user's;
+3. ``c.combine`` (in-place reduction) and ``c.scratch`` (kept buffers), in
+   ``transport/communicator.py``.
+
+Every function returns a new array and accepts any world size, any length
+and the dtypes of ``comm/ops.py``.
 """
 
 from __future__ import annotations
@@ -24,213 +33,272 @@ from __future__ import annotations
 import numpy as np
 
 from minidist.comm.collectives.agreement import check_same_everywhere
-from minidist.comm.collectives.ring import (
-    SEGMENT_BYTES,
-    chunk_bounds,
-    ring_allgather,
-    ring_reduce_scatter,
-)
-from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
+from minidist.util.parts import chunk_bounds
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
-           "alltoall", "barrier", "chunk_bounds"]
-
-TAG = Tag.COLLECTIVE
+           "alltoall", "barrier"]
 
 
-def _check_root(c: Communicator, root: int) -> None:
-    if not 0 <= root < c.size:
-        raise ValueError(f"root {root} is not a rank of a communicator of size {c.size}")
+# --- the lessons -------------------------------------------------------------------------
+def broadcast_linear(arr: np.ndarray, c: Communicator, root: int = 0) -> np.ndarray:
+    """The root's ``arr`` on every rank: the root sends to each rank in turn.
 
-
-def _check_leading(what: str, arr: np.ndarray, p: int) -> None:
-    if arr.ndim == 0 or arr.shape[0] != p:
-        raise ValueError(f"{what}: the array needs a first axis of length P = {p}, "
-                         f"got shape {arr.shape}")
-
-
-def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
-              *, check: bool = True) -> np.ndarray:
-    """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
-
-    linear: the root sends N to each rank in turn: P-1 rounds, root sends (P-1)N.
-    binomial: every informed rank passes it on: ``ceil(log2 P)`` rounds, each
-    rank receives N once, a rank sends N per child (the root ``ceil(log2 P)``).
+    Cost: the root sends P-1 messages of N bytes one after the other on its
+    one link: P-1 rounds, time (P-1)(α + βN).
     """
-    if algorithm not in ("linear", "binomial"):
-        raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use 'linear' or 'binomial'")
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "broadcast", arr.dtype, None, check, length=arr.size, root=root)
-    _check_root(c, root)
-    out = np.array(arr, order="C") if c.rank == root else np.empty_like(arr, order="C")
-    rank, p = c.rank, c.size
-    if algorithm == "linear":
-        for dest in range(p):
-            if rank == root and dest != root:
-                # communication: the whole array from the root to each rank in turn
-                c.send(out, dest, TAG)
-        if rank != root:
-            c.recv(out, root, TAG)
-        return out
-    relative = (rank - root) % p
-    # 1. receive once, from the rank that differs in my lowest set bit
-    mask = 1
-    while mask < p:
-        if relative & mask:
-            # communication: the array from my parent in the binomial tree
-            c.recv(out, (rank - mask) % p, TAG)
-            break
-        mask <<= 1
-    # 2. pass it on to the ranks at distances below that bit, farthest first
-    mask >>= 1
-    while mask > 0:
-        if relative + mask < p:
-            # communication: the array to my child in the binomial tree
-            c.send(out, (rank + mask) % p, TAG)
-        mask >>= 1
+    out = arr.copy()
+    if c.rank == root:
+        for dest in range(c.size):
+            if dest != root:
+                # communication: the whole array from the root to rank `dest`
+                c.send(out, dest)
+    else:
+        # communication: the root's array, straight into `out`
+        c.recv(out, root)
     return out
 
 
-def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
-           *, check: bool = True) -> np.ndarray | None:
-    """The reduction of every rank's ``arr`` on the root; ``None`` on the other ranks.
+def broadcast_binomial(arr: np.ndarray, c: Communicator, root: int = 0) -> np.ndarray:
+    """The root's ``arr`` on every rank along a binomial tree: ceil(log2 P) rounds.
 
-    Binomial tree (a broadcast run backwards): ``ceil(log2 P)`` rounds, each
-    rank sends N once, fan-in up to ``ceil(log2 P)`` at the root.
+    In round k (distance 2^k) every relative rank ``me < 2^k`` sends to
+    ``me + 2^k``; a rank receives once, from ``me`` minus its highest set bit.
+    Cost: ``ceil(log2 P)`` rounds, P-1 messages of N bytes in all, each rank
+    receives N once; the root sends ``ceil(log2 P)`` of them.
     """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "reduce", arr.dtype, op, check, length=arr.size, root=root)
-    _check_root(c, root)
-    rank, p = c.rank, c.size
-    acc = np.array(arr, order="C")
-    scratch = np.empty_like(acc)
-    relative = (rank - root) % p
-    mask = 1
-    while mask < p:
-        if relative & mask:
-            # communication: my subtree's partial result to my parent, then I am done
-            c.send(acc, (rank - mask) % p, TAG)
+    out = arr.copy()
+    p = c.size
+    me = (c.rank - root) % p  # my rank relative to the root
+    distance = 1
+    while distance < p:  # round k: distance = 2^k
+        if me < distance and me + distance < p:
+            # communication: the array to relative rank me + 2^k, who has not got it yet
+            c.send(out, (c.rank + distance) % p)
+        elif distance <= me < 2 * distance:
+            # communication: the array from relative rank me - 2^k (my highest set bit)
+            c.recv(out, (c.rank - distance) % p)
+        distance *= 2
+    return out
+
+
+def reduce_binomial(arr: np.ndarray, c: Communicator, root: int = 0,
+                    op: str = "sum") -> np.ndarray | None:
+    """The reduction of every rank's ``arr`` on the root (None elsewhere), up a binomial tree.
+
+    A broadcast run backwards: in round k a rank whose bit k is set sends its
+    partial result to ``me - 2^k`` and is done; one whose bits 0..k are clear
+    receives from ``me + 2^k`` and combines. Cost: ``ceil(log2 P)`` rounds,
+    each rank but the root sends N once; the root receives up to ``ceil(log2 P)``.
+    """
+    p = c.size
+    me = (c.rank - root) % p
+    total, incoming = arr.copy(), np.empty_like(arr)
+    distance = 1
+    while distance < p:
+        if me & distance:
+            # communication: my subtree's partial result to my parent; then I am done
+            c.send(total, (c.rank - distance) % p)
             return None
-        if relative + mask < p:
-            # communication: a child's partial result, to be combined into mine
-            c.recv(scratch, (rank + mask) % p, TAG)
-            c.combine(op, acc, scratch)
-        mask <<= 1
-    return acc
+        if me + distance < p:
+            # communication: a child's partial result, combined into mine
+            c.recv(incoming, (c.rank + distance) % p)
+            c.combine(op, total, incoming)
+        distance *= 2
+    return total
 
 
-def gather(arr: np.ndarray, c: Communicator, root: int = 0,
-           *, check: bool = True) -> np.ndarray | None:
-    """On the root, every rank's ``arr`` stacked: shape ``(P, *arr.shape)``; ``None`` elsewhere.
+def gather_linear(arr: np.ndarray, c: Communicator, root: int = 0) -> np.ndarray | None:
+    """Every rank's ``arr`` stacked on the root, shape ``(P, *arr.shape)``; None elsewhere.
 
-    Linear: the root receives N from each rank, P-1 rounds, fan-in P-1.
+    Cost: the root receives N from each rank in turn: P-1 rounds, fan-in P-1.
     """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "gather", arr.dtype, None, check, length=arr.size, root=root)
-    _check_root(c, root)
     if c.rank != root:
         # communication: my array to the root
-        c.send(np.ascontiguousarray(arr), root, TAG)
+        c.send(arr, root)
         return None
     out = np.empty((c.size, *arr.shape), arr.dtype)
     for source in range(c.size):
         if source == root:
             out[source] = arr
         else:
-            # communication: rank `source`'s array, into its row
-            c.recv(out[source], source, TAG)
+            # communication: rank `source`'s array, straight into its row
+            c.recv(out[source], source)
     return out
 
 
-def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
-    """Row ``rank`` of the root's ``arr`` (shape ``(P, ...)``; other ranks pass the same shape).
+def scatter_linear(arr: np.ndarray, c: Communicator, root: int = 0) -> np.ndarray:
+    """Row ``rank`` of the root's ``arr`` (shape ``(P, ...)``), on every rank.
 
-    Linear: the root sends N/P to each rank, P-1 rounds.
+    Cost: the root sends one row (N/P) to each rank in turn: P-1 rounds.
     """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "scatter", arr.dtype, None, check, length=arr.size, root=root,
-                          leading=arr.shape[0] if arr.ndim else -1)
-    _check_root(c, root)
-    _check_leading("scatter", arr, c.size)
     if c.rank == root:
         for dest in range(c.size):
             if dest != root:
                 # communication: row `dest` of the root's array to rank `dest`
-                c.send(np.ascontiguousarray(arr[dest]), dest, TAG)
-        return np.array(arr[root], order="C")
+                c.send(arr[dest], dest)
+        return arr[root].copy()
     out = np.empty(arr.shape[1:], arr.dtype)
-    c.recv(out, root, TAG)
+    # communication: my row, from the root
+    c.recv(out, root)
     return out
+
+
+def allgather_ring(arr: np.ndarray, c: Communicator) -> np.ndarray:
+    """Every rank's ``arr`` stacked, on every rank: shape ``(P, *arr.shape)``.
+
+    In step s rank r passes row ``r - s`` to the right (its own first) and
+    receives row ``r - s - 1`` from the left: Lab 3's allgather phase.
+    Cost: P-1 rounds; each rank sends and receives (P-1)N, fan-in 1.
+    """
+    p, me = c.size, c.rank
+    right, left = (me + 1) % p, (me - 1) % p
+    out = np.empty((p, *arr.shape), arr.dtype)
+    out[me] = arr
+    for step in range(p - 1):
+        # communication: a row to the right, the next one from the left into place, at once
+        c.sendrecv(out[(me - step) % p], right, out[(me - step - 1) % p], left)
+    return out
+
+
+def reduce_scatter_ring(arr: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarray:
+    """Chunk ``rank`` (``chunk_bounds(n, P)[rank]``) of the reduction of the 1-D ``arr``.
+
+    Lab 3's reduce-scatter phase, each rank starting one chunk earlier so
+    that rank r ends with chunk r: in step s rank r sends its partial chunk
+    ``r - s - 1`` to the right and combines chunk ``r - s - 2`` from the left
+    into its own. Cost: P-1 rounds; each rank sends and receives (P-1)/P·N
+    (every chunk, even an empty one), fan-in 1.
+    """
+    p, me = c.size, c.rank
+    right, left = (me + 1) % p, (me - 1) % p
+    bounds = chunk_bounds(len(arr), p)
+    partial = arr.copy()
+    incoming = c.scratch(max(hi - lo for lo, hi in bounds), arr.dtype)
+    for step in range(p - 1):
+        s_lo, s_hi = bounds[(me - step - 1) % p]
+        r_lo, r_hi = bounds[(me - step - 2) % p]
+        received = incoming[: r_hi - r_lo]
+        # communication: a partial chunk to the right, another from the left, at once
+        c.sendrecv(partial[s_lo:s_hi], right, received, left)
+        c.combine(op, partial[r_lo:r_hi], received)
+    lo, hi = bounds[me]
+    return partial[lo:hi].copy()
+
+
+def alltoall_pairwise(arr: np.ndarray, c: Communicator) -> np.ndarray:
+    """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank i's.
+
+    Round s is a ring shift by s: rank r sends row ``r + s`` to rank ``r + s``
+    and receives its row from rank ``r - s``. Cost: P-1 rounds, (P-1)/P·N
+    bytes each way per rank, fan-in 1.
+    """
+    p, me = c.size, c.rank
+    out = np.empty_like(arr)
+    out[me] = arr[me]
+    for step in range(1, p):
+        dest, source = (me + step) % p, (me - step) % p
+        # communication: my row for `dest` out, `source`'s row for me in, at once
+        c.sendrecv(arr[dest], dest, out[source], source)
+    return out
+
+
+def barrier_dissemination(c: Communicator) -> None:
+    """In round k, signal ``rank + 2^k`` and wait for ``rank - 2^k``: after round k a rank
+    has heard, directly or not, from the ``2^(k+1) - 1`` ranks before it.
+
+    Cost: ``ceil(log2 P)`` rounds of one empty message each.
+    """
+    token, incoming = np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    distance = 1
+    while distance < c.size:  # round k: distance = 2^k
+        # communication: an empty message, "I and all I heard from have arrived"
+        c.sendrecv(token, (c.rank + distance) % c.size, incoming, (c.rank - distance) % c.size)
+        distance *= 2
+
+
+# --- the library's collectives: checked, on a communicator of their own -----------------
+BROADCASTS = {"linear": broadcast_linear, "binomial": broadcast_binomial}
+
+
+def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
+           check: bool = True, root: int | None = None, rows: bool = False,
+           **fields: int) -> np.ndarray:
+    """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
+    agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
+    ``fields``. Any mismatch or bad value raises the same error on every rank."""
+    arr = np.require(arr, requirements="C")
+    if root is not None:
+        fields["root"] = root
+    if rows:
+        fields["leading"] = arr.shape[0] if arr.ndim else -1
+    check_same_everywhere(c, what, arr.dtype, op, check, length=arr.size, **fields)
+    if root is not None and not 0 <= root < c.size:
+        raise ValueError(f"{what}: root {root} is not a rank of a communicator of size {c.size}")
+    if rows and fields["leading"] != c.size:
+        raise ValueError(f"{what}: the array needs a first axis of length P = {c.size}, "
+                         f"got shape {arr.shape}")
+    return arr
+
+
+def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
+              *, check: bool = True) -> np.ndarray:
+    """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
+
+    ``algorithm``: ``"binomial"`` (:func:`broadcast_binomial`, ceil(log2 P)
+    rounds) or ``"linear"`` (:func:`broadcast_linear`, P-1 rounds).
+    """
+    schedule = list(BROADCASTS).index(algorithm) + 1 if algorithm in BROADCASTS else 0
+    arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule)
+    if not schedule:
+        raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use one of "
+                         f"{list(BROADCASTS)}")
+    return BROADCASTS[algorithm](arr, c.private(), root)
+
+
+def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
+           *, check: bool = True) -> np.ndarray | None:
+    """Every rank's ``arr`` reduced on the root; None elsewhere (:func:`reduce_binomial`)."""
+    arr = agreed(c, "reduce", arr, op, check, root)
+    return reduce_binomial(arr, c.private(), root, op)
+
+
+def gather(arr: np.ndarray, c: Communicator, root: int = 0,
+           *, check: bool = True) -> np.ndarray | None:
+    """On the root, every rank's ``arr`` stacked, shape ``(P, *arr.shape)``; None elsewhere
+    (:func:`gather_linear`)."""
+    arr = agreed(c, "gather", arr, None, check, root)
+    return gather_linear(arr, c.private(), root)
+
+
+def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
+    """Row ``rank`` of the root's ``arr`` of shape ``(P, ...)`` (the other ranks pass the
+    same shape) (:func:`scatter_linear`)."""
+    arr = agreed(c, "scatter", arr, None, check, root, rows=True)
+    return scatter_linear(arr, c.private(), root)
 
 
 def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
-    """Every rank's ``arr`` stacked, on every rank: shape ``(P, *arr.shape)``.
-
-    Ring: P-1 rounds; each rank sends and receives ``(P-1)N`` (N per round), fan-in 1.
-    """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "allgather", arr.dtype, None, check, length=arr.size)
-    p, n = c.size, arr.size
-    out = np.empty((p, *arr.shape), arr.dtype)
-    out[c.rank] = arr
-    if n > 0:
-        flat = out.reshape(-1)
-        ring_allgather(flat, c, [(k * n, (k + 1) * n) for k in range(p)],
-                       max(1, SEGMENT_BYTES // arr.itemsize))
-    return out
+    """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
+    arr = agreed(c, "allgather", arr, None, check)
+    return allgather_ring(arr, c.private())
 
 
 def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
                    *, check: bool = True) -> np.ndarray:
-    """Chunk ``rank`` of the reduction of the flattened ``arr`` over all ranks.
-
-    Chunk k is ``chunk_bounds(arr.size, P)[k]``: sizes differ by at most one.
-    Ring: P-1 rounds, each rank sends and receives ``(P-1)/P·N``, fan-in 1.
-    """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "reduce_scatter", arr.dtype, op, check, length=arr.size)
-    src = np.ascontiguousarray(arr).reshape(-1)
-    bounds = chunk_bounds(src.size, c.size)
-    lo, hi = bounds[c.rank]
-    if c.size == 1 or src.size == 0:
-        return src[lo:hi].copy()
-    out = np.empty_like(src)
-    ring_reduce_scatter(src, out, c, op, bounds, max(1, SEGMENT_BYTES // src.itemsize))
-    return out[lo:hi].copy()
+    """Chunk ``rank`` of the reduction of the flattened ``arr`` over all ranks; chunk k is
+    ``chunk_bounds(arr.size, P)[k]``, sizes differ by at most one (:func:`reduce_scatter_ring`)."""
+    arr = agreed(c, "reduce_scatter", arr, op, check)
+    return reduce_scatter_ring(arr.reshape(-1), c.private(), op)
 
 
 def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
-    """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` = rank i's row.
-
-    Pairwise exchange: in round s rank r sends to ``r+s`` and receives from
-    ``r-s``: P-1 rounds, ``(P-1)/P·N`` bytes each way per rank, fan-in 1.
-    """
-    arr = np.asarray(arr)
-    check_same_everywhere(c, "alltoall", arr.dtype, None, check, length=arr.size,
-                          leading=arr.shape[0] if arr.ndim else -1)
-    _check_leading("alltoall", arr, c.size)
-    rank, p = c.rank, c.size
-    src = np.ascontiguousarray(arr)
-    out = np.empty_like(src)
-    out[rank] = src[rank]
-    for step in range(1, p):
-        dest, source = (rank + step) % p, (rank - step) % p
-        # communication: my row for `dest` out, `source`'s row for me in
-        c.sendrecv(src[dest], dest, out[source], source, TAG, TAG)
-    return out
+    """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank
+    i's row (:func:`alltoall_pairwise`)."""
+    arr = agreed(c, "alltoall", arr, None, check, rows=True)
+    return alltoall_pairwise(arr, c.private())
 
 
 def barrier(c: Communicator) -> None:
-    """Dissemination barrier: in round k, signal ``rank + 2^k`` and wait for ``rank - 2^k``.
-
-    After round k a rank has heard, directly or not, from the ``2^(k+1) - 1``
-    ranks before it: ``ceil(log2 P)`` rounds of one empty message each.
-    """
-    rank, p = c.rank, c.size
-    token, incoming = np.zeros(0, np.uint8), np.zeros(0, np.uint8)
-    distance = 1
-    while distance < p:
-        # communication: an empty message, meaning "I and all I heard from have arrived"
-        c.sendrecv(token, (rank + distance) % p, incoming, (rank - distance) % p, TAG, TAG)
-        distance <<= 1
+    """Return only when every rank has called it (:func:`barrier_dissemination`)."""
+    barrier_dissemination(c.private())
