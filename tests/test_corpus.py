@@ -18,12 +18,11 @@ from minidist.data.corpus import (
     iter_file_pieces,
     iter_pieces,
     read_lines,
-    sha256_of_file,
 )
-from minidist.data.mnist import ChecksumError, DownloadError
 from minidist.data.synthetic_language import FAMILIES, generate_corpus
 from minidist.data.vocab import Vocabulary, build_vocab
 from minidist.models.glove_eval import analogy_accuracy, read_analogies, read_similarities
+from minidist.util.download import DownloadError, file_digest
 
 # ---------------------------------------------------------------- reading text
 
@@ -114,7 +113,7 @@ def test_text8_download_caches_and_records_a_checksum(tmp_path, small_text8):
     content, opener, calls, _ = small_text8
     path = download_text8(tmp_path, opener=opener)
     assert path == tmp_path / "text8" and path.read_bytes() == content
-    assert (tmp_path / "text8.sha256").read_text().strip() == sha256_of_file(path)
+    assert (tmp_path / "text8.sha256").read_text().strip() == file_digest(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text8", "text8.sha256"]
     assert download_text8(tmp_path, opener=opener) == path
     assert len(calls) == 1, "a verified cached copy is not downloaded again"
@@ -135,7 +134,7 @@ def test_text8_through_a_file_url(tmp_path, small_text8):
 def test_text8_wrong_size_or_no_network_leaves_nothing(tmp_path, small_text8, monkeypatch):
     _, opener, _, _ = small_text8
     monkeypatch.setattr(corpus_module, "TEXT8_SIZE", 999)
-    with pytest.raises(ChecksumError, match="999"):
+    with pytest.raises(DownloadError, match="999"):
         download_text8(tmp_path, opener=opener)
     assert list(tmp_path.iterdir()) == []
 

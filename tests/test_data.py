@@ -39,7 +39,7 @@ from minidist.data import (
     write_idx,
 )
 from minidist.data import mnist as mnist_module
-from minidist.data.mnist import md5_of_file, verify_md5
+from minidist.util.download import file_digest, verify
 
 
 @pytest.fixture(autouse=True)
@@ -362,10 +362,10 @@ def test_checksums(tmp_path):
     path = tmp_path / "file.bin"
     path.write_bytes(b"minidist" * 200_000)
     expected = hashlib.md5(path.read_bytes()).hexdigest()
-    assert md5_of_file(path, chunk_size=4096) == expected
-    verify_md5(path, expected)
+    assert file_digest(path, "md5", chunk_size=4096) == expected
+    verify(path, f"md5:{expected}")
     with pytest.raises(ChecksumError, match="expected 0+"):
-        verify_md5(path, "0" * 32)
+        verify(path, "md5:" + "0" * 32)
 
 
 @pytest.fixture
@@ -373,7 +373,7 @@ def fake_mirror(tmp_path, monkeypatch):
     """A folder serving four fake MNIST .gz files, whose checksums become the known ones."""
     mirror = tmp_path / "mirror"
     write_fake_mnist(mirror)
-    sums = {name: md5_of_file(mirror / name) for name in mnist_module.MNIST_MD5}
+    sums = {name: file_digest(mirror / name, "md5") for name in mnist_module.MNIST_MD5}
     monkeypatch.setattr(mnist_module, "MNIST_MD5", sums)
     return mirror
 
@@ -399,8 +399,8 @@ def test_download_replaces_a_damaged_cached_file(tmp_path, fake_mirror):
     cache.mkdir()
     (cache / "t10k-labels-idx1-ubyte.gz").write_bytes(b"half a file")
     download_mnist(cache, mirrors=[fake_mirror.as_uri()])
-    verify_md5(cache / "t10k-labels-idx1-ubyte.gz",
-               mnist_module.MNIST_MD5["t10k-labels-idx1-ubyte.gz"])
+    verify(cache / "t10k-labels-idx1-ubyte.gz",
+           "md5:" + mnist_module.MNIST_MD5["t10k-labels-idx1-ubyte.gz"])
 
 
 def test_download_rejects_wrong_checksums_and_leaves_nothing(tmp_path, fake_mirror,

@@ -30,15 +30,10 @@ from minidist.data.dataset import Dataset, split_dataset, stratified_split
 from minidist.data.digits import load_digits
 from minidist.data.distributed import DistributedSampler
 from minidist.data.idx import IDXFormatError, read_idx, write_idx
-from minidist.data.mnist import (
-    ChecksumError,
-    DownloadError,
-    default_cache_dir,
-    download_mnist,
-    load_mnist,
-)
+from minidist.data.mnist import default_cache_dir, download_mnist, load_mnist
 from minidist.data.synthetic_language import SyntheticCorpus, generate_corpus
 from minidist.data.vocab import Vocabulary, build_vocab
+from minidist.util.download import ChecksumError, DownloadError
 
 LOADERS: dict[str, Callable[..., tuple[Dataset, Dataset]]] = {
     "digits": load_digits,

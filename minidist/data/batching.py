@@ -14,10 +14,10 @@ The order is chosen in two parts:
    each rank its own share of the indices.
 2. The *loader* gathers the rows: ``x[indices], y[indices]``.
 
-Why seed with ``(seed, epoch)``? Every epoch must be shuffled differently
-(or the model sees the same batches in the same order forever), yet a run
-must be repeatable, and P processes must agree on the permutation without
-sending it to each other: each builds it from the same two integers.
+Why seed with ``(seed, epoch)``? Every epoch must be shuffled differently,
+yet a run must be repeatable, and P processes must agree on the permutation
+without sending it to each other: each builds it from the same two integers
+(:func:`minidist.util.epoch_order`, the one shuffle of the library).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from minidist.data.dataset import Dataset
+from minidist.util import epoch_order
 
 
 class Sampler(Protocol):
@@ -71,9 +72,7 @@ class BatchSampler:
 
     def order(self) -> np.ndarray:
         """All indices of the current epoch, in the order the batches will take them."""
-        if not self.shuffle:
-            return np.arange(self.num_samples, dtype=np.int64)
-        return np.random.default_rng((self.seed, self.epoch)).permutation(self.num_samples)
+        return epoch_order(self.num_samples, self.seed, self.epoch, self.shuffle)
 
     def __len__(self) -> int:
         if self.drop_last:

@@ -23,12 +23,12 @@ a token cut by a piece boundary is carried over whole to the next piece.
 text8 itself is fetched by :func:`download_text8` on a machine with a
 network, once, into the cache folder (``$MINIDIST_DATA/text8`` or
 ``~/.cache/minidist/text8``), verified and written atomically, as MNIST is
-(:mod:`minidist.data.mnist`). Tests never download: they pass a fake opener.
+(:func:`minidist.util.download.fetch`). Tests never download: they pass a
+fake opener.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import zipfile
@@ -36,8 +36,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from minidist.data.mnist import ChecksumError, DownloadError, Opener, default_cache_dir
-from minidist.data.mnist import urlopen_with_timeout as default_opener
+from minidist.util.download import (
+    ChecksumError,
+    Opener,
+    cache_folder,
+    fetch,
+    file_digest,
+    urlopen_with_timeout,
+)
 
 CorpusSource = str | os.PathLike | Iterable[list[str]]
 
@@ -117,15 +123,6 @@ def read_lines(source: CorpusSource) -> Iterator[list[str]]:
             line = []
 
 
-def sha256_of_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """The hex SHA-256 digest of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_text8(path: Path) -> None:
     """Raise :class:`ChecksumError` unless ``path`` has text8's size (and recorded digest)."""
     size = path.stat().st_size
@@ -133,51 +130,39 @@ def verify_text8(path: Path) -> None:
         raise ChecksumError(f"{path}: {size} bytes, text8 has {TEXT8_SIZE}")
     record = path.with_name(TEXT8_SHA256_FILE)
     if record.exists():
-        expected, found = record.read_text().strip(), sha256_of_file(path)
+        expected, found = record.read_text().strip(), file_digest(path)
         if found != expected:
-            raise ChecksumError(f"{path}: SHA-256 {found}, recorded {expected}")
+            raise ChecksumError(f"{path}: SHA-256 {found}, recorded {expected} in {record} "
+                                "(delete that file to accept another copy)")
+
+
+def unzip_text8(zipped: Path, out: Path) -> None:
+    """Write the ``text8`` member of the zip ``zipped`` to ``out``."""
+    try:
+        with zipfile.ZipFile(zipped) as archive, archive.open("text8") as member, \
+                open(out, "wb") as file:
+            shutil.copyfileobj(member, file)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise ChecksumError(f"not a zip holding text8: {type(error).__name__}: {error}") from None
 
 
 def download_text8(cache_dir: str | os.PathLike | None = None, url: str = TEXT8_URL,
-                   opener: Opener = default_opener) -> Path:
+                   opener: Opener = urlopen_with_timeout) -> Path:
     """The path of the unzipped text8 file, downloading it first if it is not cached.
 
     ``cache_dir`` defaults to ``$MINIDIST_DATA/text8`` (else
-    ``~/.cache/minidist/text8``). The zip is saved as ``text8.zip.part``,
-    its ``text8`` member extracted to ``text8.part``, checked to be exactly
-    100,000,000 bytes, and only then renamed to ``text8`` (atomic); its
-    SHA-256 is recorded next to it in ``text8.sha256`` and checked on every
-    later call. ``opener`` maps a URL to a binary stream (tests pass a fake).
+    ``~/.cache/minidist/text8``). The zip's ``text8`` member must be exactly
+    100,000,000 bytes before it is kept (atomically); its SHA-256 is then
+    recorded next to it in ``text8.sha256`` and checked on every later call.
+    ``opener`` maps a URL to a binary stream (tests pass a fake).
 
     Cost: a 31 MB download and a 100 MB write, once.
     """
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir().parent / "text8"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "text8"
-    if target.exists():
-        try:
-            verify_text8(target)
-            return target
-        except ChecksumError:
-            target.unlink()  # damaged or replaced: fetch it again
-            (folder / TEXT8_SHA256_FILE).unlink(missing_ok=True)
-    zipped, partial = folder / "text8.zip.part", folder / "text8.part"
-    try:
-        with opener(url) as response, open(zipped, "wb") as file:
-            shutil.copyfileobj(response, file)
-        with zipfile.ZipFile(zipped) as archive, archive.open("text8") as member, \
-                open(partial, "wb") as file:
-            shutil.copyfileobj(member, file)
-        verify_text8(partial)
-        digest = sha256_of_file(partial)
-        os.replace(partial, target)  # the real name appears complete or not at all
-        record = folder / (TEXT8_SHA256_FILE + ".part")
-        record.write_text(digest + "\n")
-        os.replace(record, folder / TEXT8_SHA256_FILE)
-    except (OSError, zipfile.BadZipFile, KeyError) as error:
-        raise DownloadError(f"could not get text8 from {url}: {type(error).__name__}: {error}"
-                            f"\nor unzip text8 into {folder} by hand") from error
-    finally:
-        zipped.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
+    folder = Path(cache_dir) if cache_dir is not None else cache_folder("text8")
+    target = fetch(url, folder / "text8", verify_text8, opener, unpack=unzip_text8)
+    record = folder / TEXT8_SHA256_FILE
+    if not record.exists():
+        partial = folder / (TEXT8_SHA256_FILE + ".part")
+        partial.write_text(file_digest(target) + "\n")
+        os.replace(partial, record)
     return target

@@ -43,6 +43,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from minidist.util import epoch_order
+
 
 class DistributedSampler:
     """Rank ``rank``'s batches of a dataset of ``num_samples``, shared by ``num_replicas`` ranks.
@@ -86,10 +88,7 @@ class DistributedSampler:
     def order(self) -> np.ndarray:
         """The whole epoch's order, common to all ranks, padded or cut to a multiple of P."""
         n, total = self.num_samples, self.shard_size * self.num_replicas
-        if self.shuffle:
-            order = np.random.default_rng((self.seed, self.epoch)).permutation(n)
-        else:
-            order = np.arange(n, dtype=np.int64)
+        order = epoch_order(n, self.seed, self.epoch, self.shuffle)
         if total <= n:
             return order[:total]  # drop_last: the tail is skipped this epoch
         return np.resize(order, total)  # pad by wrapping around to the start

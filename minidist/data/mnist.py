@@ -12,24 +12,19 @@ package (11 MB compressed), so:
 
 A download can be cut short or corrupted, and a mirror can serve something
 else, so each file is checked against its published MD5 sum before it is
-used. It is written to ``NAME.part`` first and renamed only once complete and
-verified: the rename is atomic, so the cache never holds a half-written file
-under the real name, even if the process is killed mid-download.
+used (:func:`minidist.util.download.fetch`: verified, written atomically).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
 from minidist.data.dataset import Dataset
 from minidist.data.idx import read_idx
+from minidist.util.download import Opener, cache_folder, fetch, urlopen_with_timeout
 
 # The four files, each with the MD5 sum of its .gz as published with MNIST.
 MNIST_FILES = {
@@ -51,60 +46,11 @@ MNIST_MIRRORS = [
 ]
 NUM_CLASSES = 10
 MAX_PIXEL = 255
-DOWNLOAD_TIMEOUT_S = 60
-
-Opener = Callable[[str], BinaryIO]
-
-
-class ChecksumError(ValueError):
-    """A file whose MD5 sum is not the one expected."""
-
-
-class DownloadError(RuntimeError):
-    """No mirror could deliver a file: names each mirror and what went wrong there."""
 
 
 def default_cache_dir() -> Path:
     """``$MINIDIST_DATA/mnist`` if ``MINIDIST_DATA`` is set, else ``~/.cache/minidist/mnist``."""
-    root = os.environ.get("MINIDIST_DATA")
-    base = Path(root) if root else Path.home() / ".cache" / "minidist"
-    return base.expanduser() / "mnist"
-
-
-def md5_of_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """The hex MD5 digest of a file, read in chunks (constant memory)."""
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as file:
-        while chunk := file.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def verify_md5(path: str | os.PathLike, expected: str) -> None:
-    """Raise :class:`ChecksumError` unless the MD5 sum of ``path`` is ``expected``."""
-    found = md5_of_file(path)
-    if found != expected:
-        raise ChecksumError(f"{path}: MD5 {found}, expected {expected} "
-                            "(incomplete download, or a different file)")
-
-
-def urlopen_with_timeout(url: str) -> BinaryIO:
-    """Open ``url`` for reading, giving up after DOWNLOAD_TIMEOUT_S seconds of silence."""
-    import urllib.request  # imported here: it pulls in http and ssl, needed only to download
-
-    return urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S)
-
-
-def fetch_verified(url: str, target: Path, md5: str, opener: Opener) -> None:
-    """Download ``url`` to ``target`` through ``target.part``; rename only if the MD5 matches."""
-    partial = target.with_name(target.name + ".part")
-    try:
-        with opener(url) as response, open(partial, "wb") as file:
-            shutil.copyfileobj(response, file)
-        verify_md5(partial, md5)
-        os.replace(partial, target)  # atomic: the real name appears complete or not at all
-    finally:
-        partial.unlink(missing_ok=True)
+    return cache_folder("mnist")
 
 
 def download_mnist(cache_dir: str | os.PathLike | None = None,
@@ -112,34 +58,16 @@ def download_mnist(cache_dir: str | os.PathLike | None = None,
                    opener: Opener = urlopen_with_timeout) -> Path:
     """Make sure the four MNIST ``.gz`` files are in ``cache_dir``; return that folder.
 
-    A file already there with the right checksum is kept. Otherwise each
-    mirror (``MNIST_MIRRORS`` unless given) is tried in turn; a failure, a
-    network error or a wrong checksum, moves on to the next one. When all
-    fail, :class:`DownloadError` says what each mirror did. ``opener`` maps
-    a URL to a readable binary stream (``urllib.request.urlopen`` by default).
+    A file already there with the right checksum is kept; otherwise each
+    mirror (``MNIST_MIRRORS`` unless given) is tried in turn, and when all
+    fail, ``DownloadError`` says what each mirror did. ``opener`` maps a URL
+    to a readable binary stream (``urllib.request.urlopen`` by default).
     """
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     for filename, md5 in MNIST_MD5.items():
-        target = folder / filename
-        if target.exists():
-            try:
-                verify_md5(target, md5)
-                continue
-            except ChecksumError:
-                target.unlink()  # a stale or damaged copy: fetch it again
-        failures = []
-        for mirror in mirrors if mirrors is not None else MNIST_MIRRORS:
-            url = mirror.rstrip("/") + "/" + filename
-            try:
-                fetch_verified(url, target, md5, opener)
-                break
-            except (OSError, ChecksumError) as error:  # URLError and timeouts are OSErrors
-                failures.append(f"  {url}: {type(error).__name__}: {error}")
-        else:
-            raise DownloadError(
-                f"could not download {filename} (is the network up?):\n" + "\n".join(failures)
-                + f"\nor copy the four MNIST .gz files into {folder} by hand")
+        urls = [mirror.rstrip("/") + "/" + filename
+                for mirror in (mirrors if mirrors is not None else MNIST_MIRRORS)]
+        fetch(urls, folder / filename, f"md5:{md5}", opener)
     return folder
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from minidist.glove.gradients import SparseGradients, batch_gradients
 from minidist.glove.model import ETA, GloVe, Records
 from minidist.optim.adagrad import adagrad_rows
+from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
 
 
 def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
@@ -78,11 +79,6 @@ class Strategy:
     def finish(self, model: GloVe) -> GloVe | None:
         """The trained model (None on ranks that do not hold it whole)."""
         return model
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The shuffle of the n records in ``epoch``: the same in every process that asks."""
-    return np.random.default_rng((seed, epoch)).permutation(n)
 
 
 def run_epoch(strategy: Strategy, model: GloVe, batches: Iterable[Records], eta: float,

@@ -1,6 +1,15 @@
-"""Small helpers every layer may use: splitting work into parts (and, as they land,
-process trees, the mpiexec environment, seeded shuffles, verified downloads)."""
+"""Small helpers every layer may use, each the one way minidist does its job.
+
+- :mod:`~minidist.util.parts`: ``chunk_bounds``, splitting N items into P parts;
+- :mod:`~minidist.util.shuffle`: ``epoch_order``, the seeded shuffle of an epoch;
+- :mod:`~minidist.util.processes`: ``stop_process_tree`` (SIGTERM, grace, SIGKILL);
+- :mod:`~minidist.util.mpiexec`: the command line and environment of MPI ranks;
+- :mod:`~minidist.util.download`: ``fetch``, a cached download checked against a hash.
+
+The first two are imported here; import the others from their modules.
+"""
 
 from minidist.util.parts import chunk_bounds
+from minidist.util.shuffle import epoch_order
 
-__all__ = ["chunk_bounds"]
+__all__ = ["chunk_bounds", "epoch_order"]
