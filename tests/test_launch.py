@@ -14,7 +14,7 @@ import pytest
 
 import minidist.comm as comm
 from minidist.comm import RankError
-from minidist.comm.transport.launch import _rank_environment
+from minidist.util.mpiexec import rank_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
@@ -146,9 +146,9 @@ def test_mpi_ranks_get_one_thread_their_output_relayed_and_extra_args(capsys, tm
 def test_heavy_yield_only_when_ranks_outnumber_cores(monkeypatch):
     monkeypatch.delenv("MPIR_CVAR_ENABLE_HEAVY_YIELD", raising=False)
     cores = os.cpu_count() or 1
-    assert "MPIR_CVAR_ENABLE_HEAVY_YIELD" not in _rank_environment(cores)
-    assert _rank_environment(cores + 1)["MPIR_CVAR_ENABLE_HEAVY_YIELD"] == "1"
-    assert _rank_environment(1)["OPENBLAS_NUM_THREADS"] == "1"
+    assert "MPIR_CVAR_ENABLE_HEAVY_YIELD" not in rank_environment(cores)
+    assert rank_environment(cores + 1)["MPIR_CVAR_ENABLE_HEAVY_YIELD"] == "1"
+    assert rank_environment(1)["OPENBLAS_NUM_THREADS"] == "1"
 
 
 def test_a_missing_mpiexec_is_named(monkeypatch, tmp_path):

