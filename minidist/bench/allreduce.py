@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
 from minidist.comm.cost.mpich import LocalPrices, load_local_prices, mpich_time
 from minidist.comm.cost.network import NetworkModel, load_network_model
 from minidist.comm.transport.communicator import Communicator
+from minidist.util.mpiexec import run_module_under_mpi
 
 RAW_MPI = "MPI_Allreduce"  # the baseline: mpi4py's Allreduce called directly, no minidist
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
@@ -215,24 +215,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def relaunch_under_mpi(ranks: int, argv: list[str]) -> int:
-    """Run this module again under ``mpiexec -n ranks`` (the one next to this Python)."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    if ranks > (os.cpu_count() or 1):
-        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
-    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
-               "minidist.bench.allreduce", *argv]
-    return subprocess.call(command, env=env)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     from minidist.comm.transport.world import running_under_mpi, world
 
     if not running_under_mpi():
-        return relaunch_under_mpi(args.ranks, argv)
+        return run_module_under_mpi("minidist.bench.allreduce", args.ranks, argv)
     c = world()
     sizes = ([parse_size(s) for s in args.sizes.split(",")] if args.sizes
              else default_sizes(8, parse_size(args.max_size), args.factor))

@@ -38,12 +38,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +53,7 @@ from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.timing import TraceRecorder
+from minidist.util.mpiexec import run_module_under_mpi
 
 DEFAULT_BUCKETS = "25 MB, first 1 MB"  # DataParallel's defaults
 BUCKET_CONFIGS: list[tuple[str, dict[str, Any]]] = [
@@ -230,17 +229,6 @@ def report(c: Communicator, args: argparse.Namespace) -> None:
         say(f"timeline written to {args.timeline}")
 
 
-def relaunch_under_mpi(ranks: int, argv: list[str]) -> int:
-    """Run this module again under ``mpiexec -n ranks`` (the one of this environment)."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if ranks > (os.cpu_count() or 1):  # MPICH then yields the core instead of spinning
-        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
-    command = [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
-               "minidist.bench.ddp", *argv]
-    return subprocess.run(command, env=env).returncode
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeline", default=None, help="PNG of the straggler's trace")
     args = parser.parse_args(argv)
     if not running_under_mpi():
-        return relaunch_under_mpi(args.ranks, argv)
+        return run_module_under_mpi("minidist.bench.ddp", args.ranks, argv)
     report(world(), args)
     return 0
 

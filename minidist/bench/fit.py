@@ -39,16 +39,15 @@ import argparse
 import mmap
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
+from minidist.util.mpiexec import run_module_under_mpi
 
 SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
 CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
@@ -201,10 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from minidist.comm.transport.world import running_under_mpi
 
     if not running_under_mpi():
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        mpiexec = Path(sys.executable).parent / "mpiexec"
-        return subprocess.call([str(mpiexec), "-n", "2", sys.executable, "-m", "mpi4py", "-m",
-                                "minidist.bench.fit", *argv], env=env)
+        return run_module_under_mpi("minidist.bench.fit", 2, argv)
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_size() != 2:
