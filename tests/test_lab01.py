@@ -2,25 +2,17 @@
 
 ``pytest -m lab01_adam`` runs the check that grades Task 10 against
 ``md.optim.Adam``: the notebook and the library are held to the same checks.
-The answers of Tasks 7 and 8 are the library's backward pass; the tests at
-the end hold the two texts together. Also: the labkit's own behaviour
-(sentences, ``blocked``, the checks' own failures).
+The answers themselves are the library's code: ``test_lab01_code.py`` holds
+the two texts together. Also: the labkit's own behaviour (sentences,
+``blocked``, the checks' own failures).
 """
 
 from __future__ import annotations
-
-import ast
-import inspect
-import json
-import re
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import minidist as md
-from minidist.autograd import engine
 from minidist.labkit import (
     BlockedError,
     CheckFailed,
@@ -215,84 +207,3 @@ def test_blocked_reaches_aliases_and_restores():
             p.grad = np.ones(2)
             md.optim.Adam([p]).step()
     np.testing.assert_array_equal(alias(np.ones((2, 3)), (3,)), np.full(3, 2.0))
-
-
-# ---- Lab 1's answers are the library's code -----------------------------------------------
-
-SOLUTION = Path(__file__).parents[1] / "solutions" / "lab01_autograd" / "lab01_autograd.ipynb"
-
-# (answer cell, function in it, the library's function): the same statements, the library
-# computing through the backend's array module (``xp``) where the lab writes ``np``.
-# MatMul.backward is not here: the library's also takes 1-D operands and lays out the
-# gradient of a transposed weight as BLAS writes it; Task 3 assumes two axes or more.
-SAME_CODE = [
-    ("answer_unbroadcast", "unbroadcast", md.autograd.unbroadcast),
-    ("answer_backward_mul", "forward", md.autograd.Mul.forward),
-    ("answer_backward_mul", "backward", md.autograd.Mul.backward),
-    ("answer_backward_matmul", "forward", md.autograd.MatMul.forward),
-    ("answer_backward_sum", "forward", md.autograd.Sum.forward),
-    ("answer_backward_sum", "backward", md.autograd.Sum.backward),
-    ("answer_backward_relu", "forward", md.autograd.ReLU.forward),
-    ("answer_backward_relu", "backward", md.autograd.ReLU.backward),
-    ("answer_backward_log_softmax", "forward", md.autograd.LogSoftmax.forward),
-    ("answer_backward_log_softmax", "backward", md.autograd.LogSoftmax.backward),
-    ("answer_topological_order", "topological_order", engine.topological_order),
-]
-
-# Where the library's walk differs from Task 8's answer: each library line and the answer's
-# lines that it stands for (what lies beneath the walk). Everything else is the same.
-BENEATH_THE_WALK = {
-    "grads = {id(root): grad}": ["grads = {id(root): np.ones_like(root.data)}"],
-    "kept = set()": [],
-    "for node in reversed(topological_order(root)):":
-        ["for node in reversed(md.autograd.topological_order(root)):"],
-    "accumulate_grad(node, grad, kept)":
-        ["node.grad = grad.copy() if node.grad is None else node.grad + grad"],
-    "input_grads = apply_rule(node._ctx, grad)":
-        ["input_grads = node._ctx.fn.backward(node._ctx, grad)",
-         "if not isinstance(input_grads, tuple):", "input_grads = (input_grads,)"],
-    "if not retain_graph:": [],
-    "node._ctx, node._freed = None, True": [],
-}
-
-
-def statements(source: str) -> list[str]:
-    """The body of the function ``source`` defines, after its docstring: one entry per
-    line, without indentation, comments or blank lines."""
-    source = textwrap.dedent(source)
-    first = ast.parse(source).body[0].body
-    start = first[1 if isinstance(first[0], ast.Expr) else 0].lineno
-    lines = source.splitlines()[start - 1:]
-    return [line.split("  #")[0].strip() for line in lines
-            if line.strip() and not line.strip().startswith("#")]
-
-
-def answer(grade_id: str, name: str) -> list[str]:
-    """The statements of ``name`` in the solution notebook's answer cell ``grade_id``."""
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    source = next(c["source"] for c in cells
-                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
-    source = "\n".join(line for line in source.splitlines() if " SOLUTION" not in line)
-    node = next(n for n in ast.walk(ast.parse(source))
-                if isinstance(n, ast.FunctionDef) and n.name == name)
-    return statements(ast.get_source_segment(source, node))
-
-
-def as_numpy(lines: list[str]) -> list[str]:
-    """The library's statements as the lab writes them: ``np`` for the backend's module."""
-    lines = [line for line in lines if not re.fullmatch(r"xp = xp_of\(\w+\)", line)]
-    return [re.sub(r"\bxp_of\(\w+\)\.|\bxp\.", "np.", line).replace("_shape(", "np.shape(")
-            for line in lines]
-
-
-@pytest.mark.parametrize("grade_id,name,library", SAME_CODE,
-                         ids=[f"{g}.{n}" for g, n, _ in SAME_CODE])
-def test_answer_is_the_library_code(grade_id, name, library):
-    assert as_numpy(statements(inspect.getsource(library))) == answer(grade_id, name)
-
-
-def test_backward_walk_is_the_answer_of_task_8():
-    library = statements(inspect.getsource(engine.backward))
-    assert set(BENEATH_THE_WALK) <= set(library), "a line of BENEATH_THE_WALK left the library"
-    as_answered = [lab for line in library for lab in BENEATH_THE_WALK.get(line, [line])]
-    assert as_answered == answer("answer_backward_pass", "backward")

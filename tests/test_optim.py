@@ -104,6 +104,33 @@ def test_float32_stays_float32_and_in_place(make, reference):
         np.testing.assert_allclose(got[i], expected, rtol=1e-4, atol=1e-5)
 
 
+
+BLOCKED_SHAPES = [(), (3, 10000), (40000,), (2, 3, 5000), (0, 4)]
+
+
+@pytest.mark.parametrize("make, reference", CASES)
+def test_a_gradient_of_another_shape_is_named(make, reference):
+    wrong = md.nn.Parameter(np.ones((2, 3)))
+    wrong.grad = np.ones(3)
+    with pytest.raises(ValueError, match=r"parameter of shape \(2, 3\) has a gradient of "
+                                         r"shape \(3,\)"):
+        make([wrong]).step()
+
+
+@pytest.mark.parametrize("make, reference", CASES[:5])
+def test_updates_run_on_blocks_of_any_shape_and_layout(make, reference):
+    """SGD and Adam run on blocks of a parameter (rows of its first axis): parameters of
+    several blocks, a 0-d one, an empty one and a transposed (not C-contiguous) one."""
+    rng = np.random.default_rng(3)
+    starts = [rng.standard_normal(s) for s in BLOCKED_SHAPES] + [rng.standard_normal((9, 7000)).T]
+    grads = [[rng.standard_normal(w.shape) for w in starts] for _ in range(3)]
+    params = [md.nn.Parameter(w.copy()) for w in starts]
+    got = run_optimizer(make(params), params, grads)
+    for i, w0 in enumerate(starts):
+        expected = reference(w0, [step[i] for step in grads])
+        np.testing.assert_allclose(got[i], expected, rtol=1e-12, atol=1e-12)
+
+
 TORCH_CASES = [
     (lambda p: SGD(p, lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=True),
      lambda t, p: t.optim.SGD(p, lr=0.05, momentum=0.8, weight_decay=0.01, nesterov=True)),

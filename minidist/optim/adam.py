@@ -1,34 +1,39 @@
-"""Adam (Kingma & Ba, 2014): momentum plus a per-weight step size.
+"""Adam (Kingma & Ba, 2014): momentum plus a step size per weight (Lab 1, Task 10).
 
-Adam keeps two running averages per weight, of the gradient and of its square:
+Adam keeps two running averages per weight, of the gradient and of its square,
+and counts its steps t = 1, 2, ...:
 
-    v_t = b1 * v_{t-1} + (1 - b1) * g_t          (first moment, "momentum")
-    s_t = b2 * s_{t-1} + (1 - b2) * g_t^2        (second moment)
+    m <- b1 * m + (1 - b1) * g          (first moment, "momentum")
+    s <- b2 * s + (1 - b2) * g^2        (second moment)
 
 Both start at zero, so early on they are biased toward zero; dividing by
 (1 - b^t) corrects that (bias correction):
 
-    v_hat = v_t / (1 - b1^t),   s_hat = s_t / (1 - b2^t)
-    w <- w - lr * v_hat / (sqrt(s_hat) + eps)
+    m_hat = m / (1 - b1^t),   s_hat = s / (1 - b2^t)
+    w <- w - lr * m_hat / (sqrt(s_hat) + eps)
 
 A weight whose gradient is consistently large gets a step of about ``lr``; the
 division by sqrt(s_hat) makes the step size insensitive to the gradient's
 scale. ``weight_decay`` adds wd * w to the gradient first (L2, as in the
-paper; not AdamW's decoupled decay).
+paper; not AdamW's decoupled decay). Each parameter counts its own steps
+(PyTorch's convention), so one that got no gradient on some steps is
+corrected for the steps it took.
 
-Cost per step: O(number of weights), ~13 passes over each parameter, done in
-place with one scratch array; state: two arrays per parameter (2x the model).
+``Adam.update`` is Task 10's answer for one parameter, run on ``blocks`` of it
+(optimizer.py says why).
+
+Cost per step: O(N) for N weights, 14 passes over each parameter (2 more for
+weight decay); state: two arrays per parameter (2x the model).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
-from minidist import backend
 from minidist.autograd import Tensor
-from minidist.optim.optimizer import Optimizer
+from minidist.backend import xp_of
+from minidist.optim.optimizer import Optimizer, blocks
 
 
 class Adam(Optimizer):
@@ -46,33 +51,24 @@ class Adam(Optimizer):
 
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:
-        lr, eps, wd = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
-        b1, b2 = (float(b) for b in group["betas"])
-        w = param.data
-        xp = backend.xp_of(w)
+        """One step of ``param``: m and s, their bias correction, w -= lr m_hat / sqrt(s_hat)."""
+        lr, eps = float(group["lr"]), float(group["eps"])
+        weight_decay = float(group["weight_decay"])
+        if weight_decay:
+            grad = grad + weight_decay * param.data  # a new array: param.grad stays as it was
+        xp = xp_of(param.data)
         if not state:
             state["step"] = 0
-            state["exp_avg"] = xp.zeros_like(w)      # v
-            state["exp_avg_sq"] = xp.zeros_like(w)   # s
+            state["exp_avg"] = xp.zeros_like(param.data)     # m
+            state["exp_avg_sq"] = xp.zeros_like(param.data)  # s
         state["step"] += 1
-        t, v, s = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        if wd:
-            grad = grad + wd * w
-        scratch = xp.empty_like(w)
-        # 1. v = b1 v + (1 - b1) g
-        v *= b1
-        xp.multiply(grad, 1.0 - b1, out=scratch)
-        v += scratch
-        # 2. s = b2 s + (1 - b2) g^2
-        s *= b2
-        xp.multiply(grad, grad, out=scratch)
-        scratch *= 1.0 - b2
-        s += scratch
-        # 3. w -= lr * v_hat / (sqrt(s_hat) + eps),
-        #    computed as lr/(1-b1^t) * v / (sqrt(s)/sqrt(1-b2^t) + eps)
-        xp.sqrt(s, out=scratch)
-        scratch *= 1.0 / math.sqrt(1.0 - b2**t)
-        scratch += eps
-        xp.divide(v, scratch, out=scratch)
-        scratch *= lr / (1.0 - b1**t)
-        w -= scratch
+        t = state["step"]
+        b1, b2 = (float(b) for b in group["betas"])
+        for p, m, s in blocks(param, grad, state["exp_avg"], state["exp_avg_sq"]):
+            m *= b1
+            m += (1 - b1) * p.grad
+            s *= b2
+            s += (1 - b2) * p.grad ** 2
+            m_hat = m / (1 - b1 ** t)
+            s_hat = s / (1 - b2 ** t)
+            p.data -= lr * m_hat / (xp.sqrt(s_hat) + eps)
