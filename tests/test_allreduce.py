@@ -13,13 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.comm import ALGORITHMS, LocalCluster, allreduce
-from minidist.comm.collectives.ring import ring_allreduce
-from minidist.comm.collectives.tree import (
-    double_tree_allreduce,
-    inorder_tree,
-    mirrored_tree,
-    tree_allreduce,
-)
+from minidist.comm.collectives.tree import Mirrored
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
 OPS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
@@ -110,39 +104,67 @@ def test_in_place_and_shapes(algorithm: str) -> None:
         assert np.array_equal(target, expected * p)
 
 
-@pytest.mark.parametrize("segment_bytes", [4, 24, 1000])
-@pytest.mark.parametrize("p", [2, 3, 6, 7])
-def test_segmented_pipelines(segment_bytes: int, p: int) -> None:
-    """Ring and trees cut into many segments (uneven ones too) still add up."""
-    algorithms = [ring_allreduce, tree_allreduce, double_tree_allreduce]
+@pytest.mark.parametrize("algorithm", [name for name in ALGORITHMS if name != "mpi"])
+@pytest.mark.parametrize("p", [1, 2, 3, 6])
+def test_the_algorithm_functions_reduce_in_place(algorithm: str, p: int) -> None:
+    """Each algorithm, called directly as Lab 3 calls an answer: ``x`` itself holds the
+    result and is returned, for every length (0 and n < P included)."""
+    run = ALGORITHMS[algorithm]
 
     def body(c):
         results = []
-        for algorithm in algorithms:
-            for n in (1, p + 1, 103):
-                src = rank_data(c.rank, n, np.int64)
-                out = np.empty_like(src)
-                algorithm(src, out, c, "sum", segment_bytes)
-                in_place = src.copy()
-                algorithm(in_place, in_place, c, "sum", segment_bytes)
-                results.append((n, out, in_place))
+        for n in (0, 1, p + 1, 103):
+            x = rank_data(c.rank, n, np.int64)
+            results.append((n, x, run(x, c, "sum")))
         return results
 
     for rank_results in LocalCluster(p).run(body):
-        for n, out, in_place in rank_results:
-            expected = reference(p, n, np.int64, "sum")
-            assert np.array_equal(out, expected) and np.array_equal(in_place, expected)
+        for n, x, returned in rank_results:
+            assert returned is x and np.array_equal(x, reference(p, n, np.int64, "sum"))
 
 
-@pytest.mark.parametrize("p", range(1, 17))
-def test_double_tree_is_two_complementary_trees(p: int) -> None:
-    """Each tree spans every rank once; no rank is interior in both (NCCL 2.4)."""
-    for tree in (inorder_tree(p), mirrored_tree(inorder_tree(p))):
-        assert tree.parent[tree.root] == -1
-        assert sorted([tree.root] + [k for kids in tree.children for k in kids]) == list(range(p))
-        assert all(len(kids) <= 2 for kids in tree.children)
-    first, second = inorder_tree(p), mirrored_tree(inorder_tree(p))
-    assert not any(first.children[r] and second.children[r] for r in range(p))
+@pytest.mark.parametrize("p", range(2, 12))
+def test_the_double_tree_halves_the_busiest_ranks_load(p: int) -> None:
+    """A rank with children in one tree is a leaf in the other (NCCL 2.4's property): no
+    rank sends more than 2N, where one tree makes an interior rank send 3N (P >= 4)."""
+    n = 1000
+
+    def busiest(algorithm: str) -> int:
+        cluster = LocalCluster(p)
+        cluster.run(lambda c: allreduce(np.ones(n), c, "sum", algorithm, check=False))
+        return max(s.bytes_sent for s in cluster.stats)
+
+    assert busiest("double_tree") <= 2 * 8 * n
+    assert busiest("tree") == (3 if p >= 5 else 2 if p >= 3 else 1) * 8 * n
+
+
+def test_mirrored_renames_ranks_both_ways() -> None:
+    def body(c):
+        mirror = Mirrored(c)
+        got = np.zeros(1)
+        if mirror.rank == 0:  # rank P-1 of c
+            mirror.send(np.array([float(c.rank)]), 1)  # to rank P-2 of c
+        elif mirror.rank == 1:
+            mirror.recv(got, 0)
+        return mirror.rank, float(got[0])
+
+    assert LocalCluster(4).run(body) == [(3, 0.0), (2, 0.0), (1, 3.0), (0, 0.0)]
+
+
+def test_the_algorithms_never_meet_user_messages() -> None:
+    """A user's message with the default tag, pending across an allreduce, is not taken by
+    the algorithm (which sends tag 0 too, on ``c.private()``), and takes nothing from it."""
+    def body(c):
+        peer = 1 - c.rank
+        mine = np.full(3, 10.0 + c.rank)
+        c.send(mine, peer)  # buffered: in flight during the allreduces
+        results = [allreduce(np.ones(3) * (c.rank + 1), c, "sum", a).tolist() for a in ALGORITHMS]
+        theirs = c.recv(np.empty(3), peer)
+        return results, theirs.tolist()
+
+    for rank, (results, theirs) in enumerate(LocalCluster(2).run(body)):
+        assert results == [[3.0] * 3] * len(ALGORITHMS)
+        assert theirs == [11.0 - rank] * 3
 
 
 def _errors_on_every_rank(p: int, call) -> list[str]:
@@ -186,6 +208,11 @@ def test_local_errors() -> None:
     messages = _errors_on_every_rank(
         1, lambda c: allreduce(np.ones(3), c, out=np.empty(4)))
     assert "out must be" in messages[0]
+    messages = _errors_on_every_rank(1, lambda c: allreduce(np.ones(3), c, out=[0.0] * 3))
+    assert "out must be" in messages[0]
+    messages = _errors_on_every_rank(
+        1, lambda c: (lambda a: allreduce(a[:3], c, out=a[1:]))(np.ones(4)))
+    assert "out overlaps arr" in messages[0]
 
 
 @settings(max_examples=25, deadline=None)

@@ -96,12 +96,15 @@ def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype
 
 def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
                    network: NetworkModel, local: LocalPrices | None = None) -> float:
-    """The model of what is timed: the algorithm plus the agreement check it runs."""
+    """The model of what is timed: the algorithm plus the agreement check it runs, and
+    for the library's algorithms the copy of ``arr`` into ``out`` that they reduce in place
+    (``"mpi"`` passes ``MPI_IN_PLACE``: MPICH's own copy is that one)."""
     if algorithm == RAW_MPI:
         return mpich_time(p, nbytes, network, local)
     if algorithm == "mpi":
         return mpich_time(p, nbytes, network, local) + cost.check_cost(p, nbytes, network).time
-    return cost.predict(algorithm, p, nbytes, itemsize, network, check=True).time
+    copy = (local or LocalPrices()).copy_time(nbytes, nbytes, network)
+    return copy + cost.predict(algorithm, p, nbytes, itemsize, network, check=True).time
 
 
 def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtype, iters: int,

@@ -18,11 +18,18 @@ raised alone would leave the others waiting.
 
 The header travels in a packet of fixed size, ``[header | data slot]``, the
 same on every rank whatever its arguments, so even ranks that called
-different collectives exchange it safely. For a recursive-doubling
-allreduce of at most ``SMALL_BYTES`` (and a tree one on two ranks, which is
-the same exchange) the data rides in the slot (:func:`checked_small_allreduce`):
-one message per round instead of two, which matters when latency is all
-there is.
+different collectives exchange it safely. The packets are reduced by the
+lesson's own ``recursive_doubling_allreduce``, given the packets' view of
+the communicator (:class:`PacketView`): its messages carry the check's own
+tag (``Tag.AGREEMENT``, so the check never meets the messages of the
+collective it guards, nor the user's), its scratch is the second packet,
+and its ``combine`` reduces both parts of a packet.
+
+**The small-message path.** A recursive-doubling allreduce of at most
+``SMALL_BYTES`` rides in the data slot (:func:`checked_small_allreduce`):
+its schedule *is* the check's, so the check and the data travel in the
+same packets, one message per round instead of two, which matters when
+latency is all there is.
 
 Cost: one recursive-doubling allreduce of ``PACKET_BYTES`` bytes:
 ``log2 P`` rounds for a power of two, two more otherwise. ``check=False``
@@ -44,27 +51,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.comm.collectives.doubling import TAG, recursive_doubling_allreduce
+from minidist.comm.collectives.doubling import recursive_doubling_allreduce
 from minidist.comm.ops import DTYPE_CODES as _DTYPE_CODES
 from minidist.comm.ops import DTYPES, OPS
 from minidist.comm.ops import OP_CODES as _OP_CODES
+from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
 
 MAX_FIELDS = 8  # collective, dtype, op and up to five more
 HEADER_BYTES = 2 * 8 * MAX_FIELDS  # each field as v and -v, int64
 SMALL_BYTES = 256  # the data slot: vectors up to this size ride with the header
 PACKET_BYTES = HEADER_BYTES + SMALL_BYTES
+TAG = Tag.AGREEMENT
 
 
 def rides_with_check(algorithm: str, p: int, nbytes: int) -> bool:
-    """True when a checked allreduce's data travels inside the check's packets.
-
-    Those of at most ``SMALL_BYTES`` whose schedule *is* the check's, a
-    recursive doubling: ``"recursive_doubling"``, and ``"tree"`` on two
-    ranks (one exchange, see ``collectives/tree.py``).
-    """
-    return nbytes <= SMALL_BYTES and p > 1 and (
-        algorithm == "recursive_doubling" or (algorithm == "tree" and p == 2))
+    """True when a checked allreduce's data travels inside the check's packets: a
+    recursive-doubling allreduce of at most ``SMALL_BYTES`` (the check's own schedule)."""
+    return algorithm == "recursive_doubling" and nbytes <= SMALL_BYTES and p > 1
 
 
 def dtype_code(dtype: np.dtype) -> int:
@@ -135,6 +139,41 @@ class Packets:
         return found
 
 
+class PacketView:
+    """The communicator as the check's recursive doubling sees it.
+
+    Messages carry ``Tag.AGREEMENT``; the scratch buffer is the second
+    packet; ``combine(op, first, second)`` reduces the headers with max (not
+    charged as reduction work: bookkeeping) and the data slots, if any,
+    with ``op`` (charged, as the reduction it is).
+    """
+
+    def __init__(self, c: Communicator, packets: Packets,
+                 data: tuple[np.ndarray, np.ndarray] | None) -> None:
+        self.c, self.packets, self.data = c, packets, data
+        self.rank, self.size = c.rank, c.size
+
+    def send(self, buf: np.ndarray, dest: int) -> None:
+        self.c.send(buf, dest, TAG)
+
+    def recv(self, buf: np.ndarray, source: int) -> np.ndarray:
+        return self.c.recv(buf, source, TAG)
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray,
+                 source: int) -> np.ndarray:
+        return self.c.sendrecv(sendbuf, dest, recvbuf, source, TAG, TAG)
+
+    def scratch(self, n: int, dtype: np.dtype) -> np.ndarray:
+        return self.packets.buffers[1]
+
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
+                incoming_first: bool = False) -> None:
+        headers = self.packets.headers
+        np.maximum(headers[0], headers[1], out=headers[0])
+        if self.data is not None:
+            self.c.combine(op, self.data[0], self.data[1], incoming_first)
+
+
 class Header(NamedTuple):
     """This rank's header, as int64 values and as bytes; ``supported``: dtype and op are."""
 
@@ -180,15 +219,8 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, names
         else:
             np.maximum(packets.headers[0], packets.headers[1], out=packets.headers[0])
     else:
-        def combine(acc: np.ndarray, incoming: np.ndarray, incoming_first: bool) -> None:
-            # acc is always the first packet (reduced in place), incoming the second;
-            # the header's max is bookkeeping, not charged as reduction work
-            np.maximum(packets.headers[0], packets.headers[1], out=packets.headers[0])
-            if data_ok:
-                c.combine(op, data[0], data[1], incoming_first)
-
-        # communication: one recursive-doubling allreduce of the packets
-        recursive_doubling_allreduce(first, first, c, "max", combine, scratch=second)
+        # communication: the lesson's recursive doubling, on the packets
+        recursive_doubling_allreduce(first, PacketView(c, packets, data if data_ok else None), op)
     reduced = packets.headers[0]
     if reduced.tobytes() != mine.raw:  # equal exactly when every rank agrees
         _raise_disagreement(c, what, dtype, op, names, mine.values, reduced)

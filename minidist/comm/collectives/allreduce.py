@@ -12,8 +12,8 @@ algorithm          message latencies    bytes sent per rank   fan-in
 naive (master)     2(P-1) at rank 0     (P-1)N at rank 0      P-1
 ps (sharded)       2(P-1)               2(P-1)/P N            P-1
 ring               2(P-1)               2(P-1)/P N            1
-tree               2 log2 P (1 at P=2)  up to 3N              2
-double_tree        2 log2 P             up to 2N              2
+tree               <= 4 floor(log2 P)   up to 3N              2
+double_tree        two trees on N/2     up to 2N              2
 recursive_doubling log2 P (+2)          N log2 P              1
 mpi                MPI's own choice
 ================== ==================== ===================== =========
@@ -24,12 +24,26 @@ steps, but the P-1 messages of a step queue at one link, one after another.
 ``comm.cost`` gives the exact figures per rank and the modelled time; the
 in-process transport counts the same figures as the algorithms run.
 
+Each algorithm is one function, written as Lab 3 teaches it:
+``fn(x, c, op)`` reduces the 1-D array ``x`` in place (as ``MPI_IN_PLACE``)
+and returns it (``central.py``, ``ring.py``, ``tree.py``, ``doubling.py``).
+What a library needs around them lives here and beneath, each in one place:
+
+1. the result buffer: :func:`allreduce` copies ``arr`` into ``out`` (or a
+   new array) once, and the algorithm reduces that in place;
+2. the agreement check (``agreement.py``): every rank first checks that all
+   agree on length, dtype, op and algorithm, so a mismatch raises the same
+   error on every rank instead of hanging; a short recursive-doubling
+   allreduce rides inside the check's packets (the small-message path);
+3. a private context: the algorithms run on ``c.private()``, a duplicate of
+   ``c`` (``MPI_Comm_dup``), so they send with the default tag and never
+   meet the user's messages;
+4. kept receive buffers (``c.scratch``) and in-place reduction
+   (``c.combine``), in ``transport/communicator.py``.
+
 Every algorithm accepts any world size, any length (0, shorter than P, not
-divisible by P), float32/float64/int32/int64 and the ops sum/max/min/prod,
-and leaves identical bits on every rank. Before the data moves the ranks
-check that they agree on length, dtype, op and algorithm (see
-``agreement.py``), so a mismatch raises the same error on every rank
-instead of hanging.
+divisible by P), the dtypes and ops of ``comm/ops.py``, and leaves
+identical bits on every rank.
 """
 
 from __future__ import annotations
@@ -50,8 +64,8 @@ from minidist.comm.collectives.tree import double_tree_allreduce, tree_allreduce
 from minidist.comm.transport.communicator import Communicator
 
 
-def mpi_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) -> None:
-    """MPI's own ``Allreduce`` on the raw mpi4py communicator (``c.mpi_comm``).
+def mpi_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarray:
+    """MPI's own ``Allreduce``, in place (``MPI_IN_PLACE``), on the raw mpi4py communicator.
 
     MPICH picks its algorithm by size (recursive doubling for short vectors,
     Rabenseifner's reduce-scatter + allgather for long ones). MPI's internal
@@ -61,16 +75,16 @@ def mpi_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str) ->
     """
     mpi_comm = getattr(c, "mpi_comm", None)
     if mpi_comm is None:
-        recursive_doubling_allreduce(src, out, c, op)
-        return
+        return recursive_doubling_allreduce(x, c, op)
     from mpi4py import MPI
 
     mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
     # communication: whatever MPI's own schedule sends (not counted by the transport)
-    mpi_comm.Allreduce(MPI.IN_PLACE if out is src else src, out, op=mpi_op)
+    mpi_comm.Allreduce(MPI.IN_PLACE, x, op=mpi_op)
+    return x
 
 
-ALGORITHMS: dict[str, Callable[[np.ndarray, np.ndarray, Communicator, str], None]] = {
+ALGORITHMS: dict[str, Callable[[np.ndarray, Communicator, str], np.ndarray]] = {
     "naive": naive_allreduce,
     "ps": ps_allreduce,
     "ring": ring_allreduce,
@@ -100,32 +114,35 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
                          f"use one of {list(ALGORITHMS)}")
     if not isinstance(arr, np.ndarray):
         arr = np.asarray(arr)
-    if not arr.flags.c_contiguous:
-        src = np.ascontiguousarray(arr).reshape(-1)
-    else:  # the algorithms see 1-D arrays (a view: no copy)
-        src = arr if arr.ndim == 1 else arr.reshape(-1)
+    result = _result_buffer(arr, out)
+    private = c.private()
+    if check and rides_with_check(algorithm, c.size, arr.nbytes):
+        # the small-message path: the data rides in the check's packets (see agreement.py)
+        checked_small_allreduce(arr.reshape(-1), result.reshape(-1), private, op,
+                                length=arr.size, algorithm=_ALGORITHM_CODES[algorithm])
+        return result
+    check_same_everywhere(private, "allreduce", arr.dtype, op, check, length=arr.size,
+                          algorithm=_ALGORITHM_CODES[algorithm])
+    if result is not arr:
+        result[...] = arr  # the one copy: from here on the algorithm works in place
+    if arr.size and c.size > 1:
+        private.price_as_part_of(arr.nbytes)  # a modelled clock prices at the vector's size
+        try:
+            run(result.reshape(-1), private, op)
+        finally:
+            private.price_as_part_of(None)
+    return result
+
+
+def _result_buffer(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``out`` after checking it (a new array of ``arr``'s shape and dtype when None)."""
     if out is None:
-        result = np.empty_like(src)
-    elif out.shape != arr.shape or out.dtype != arr.dtype or not out.flags.c_contiguous:
+        return np.empty(arr.shape, arr.dtype)
+    if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype \
+            or not out.flags.c_contiguous:
         raise ValueError(f"allreduce: out must be C-contiguous {arr.dtype} of shape {arr.shape}")
-    elif out is arr:
-        result = src  # in place: the algorithms see one buffer
-    else:
-        result = out if out.ndim == 1 else out.reshape(-1)
-        # two arrays that own their memory cannot overlap (np.may_share_memory costs ~0.5 µs)
-        if (out.base is not None or arr.base is not None) and np.may_share_memory(result, src):
-            raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")
-    code = _ALGORITHM_CODES[algorithm]
-    if check and rides_with_check(algorithm, c.size, src.nbytes):
-        # the check and the data in the same packets (see agreement.py)
-        checked_small_allreduce(src, result, c, op, length=src.size, algorithm=code)
-    else:
-        check_same_everywhere(c, "allreduce", src.dtype, op, check, length=src.size,
-                              algorithm=code)
-        if src.size:
-            c.price_as_part_of(src.nbytes)  # a modelled clock prices at the vector's size
-            try:
-                run(src, result, c, op)
-            finally:
-                c.price_as_part_of(None)
-    return out if out is not None else result.reshape(arr.shape)
+    # two arrays that own their memory cannot overlap (np.may_share_memory costs ~0.5 µs)
+    if out is not arr and (out.base is not None or arr.base is not None) \
+            and np.may_share_memory(out, arr):
+        raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")
+    return out

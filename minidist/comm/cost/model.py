@@ -4,28 +4,33 @@ Three numbers price everything (``cost/network.py``): a message of n bytes takes
 ``m(n) = alpha + beta·n`` seconds, reducing n bytes ``r(n) = gamma·n``. On
 a real machine β and γ depend on n (a fitted curve, see ``cost/network.py``):
 the formulas below keep their shape, each message priced at its own size.
-With P ranks and an N-byte vector cut into chunks of ``c = ceil(N/P)`` bytes:
+With P ranks, an N-byte vector, chunks (shards) of at most ``c = ceil(N/P)``
+bytes and the heap tree of depth ``D = floor(log2 P)``:
 
 =================== ======================================= ===========================
 algorithm           time                                    bytes sent per rank
 =================== ======================================= ===========================
 naive               (P-1)(2 m(N) + r(N))                    (P-1)N at rank 0, N others
 ps                  (P-1)(2 m(c) + r(c))                    about 2(P-1)/P N
-ring (S segments)   (P-1) S (2 m(c/S) + r(c/S))             about 2(P-1)/P N
+ring                (P-1)(2 m(c) + r(c))                    about 2(P-1)/P N
+tree                D (4 m(N) + 2 r(N)) on a full tree      N per edge and direction
+double_tree         two trees of N/2, one after the other   up to 2N
 recursive_doubling  L (m(N) + r(N)) [+ 2 m(N) + r(N)]       N per round, L = log2 P'
-tree (S segments)   ~ (2D + 4S) m(N/S) + 2 S r(N/S)         up to 3N
-double_tree         stepped through both trees              up to 2N
 =================== ======================================= ===========================
 
 The counts are exact, and so is ``rounds``: the same time on a network
 where a message costs 1 and nothing else costs anything (the transport's
 definition). The times are what the in-process transport's virtual clock
-reaches on the latest rank: exactly for the closed forms above (with the
-longest chunk, an upper bound within 1% when a segmented ring's pieces are
-uneven), and for the trees by stepping every segment through the tree with
-the transport's rules (a recurrence: a pipeline has no short formula).
-``"mpi"`` is what the in-process transport runs for it (recursive
-doubling); ``cost/mpich.py`` models MPICH's real choice for benchmarks.
+reaches on the latest rank, exactly: by the closed forms above, and for the
+trees (any P, not only full trees) by stepping the schedule through the
+tree with the transport's rules. ``"mpi"`` is what the in-process transport
+runs for it (recursive doubling); ``cost/mpich.py`` models MPICH's real
+choice for benchmarks.
+
+Two entry points: :func:`schedule_cost`, the algorithm's function called
+directly (as Lab 3's checks call an answer: every message is sent, even at
+P = 1 or N = 0), and :func:`predict`, ``comm.allreduce``, which sends
+nothing at P = 1 or N = 0 and may add the agreement check.
 """
 
 from __future__ import annotations
@@ -34,12 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
-from minidist.comm.collectives.ring import SEGMENT_BYTES as RING_SEGMENT_BYTES
-from minidist.comm.collectives.ring import chunk_bounds, pieces
-from minidist.comm.collectives.tree import SEGMENT_BYTES as TREE_SEGMENT_BYTES
-from minidist.comm.collectives.tree import Tree, inorder_tree, mirrored_tree
 from minidist.comm.cost.network import NetworkModel
-from minidist.comm.cost.pipeline import pipeline_time
+from minidist.util import chunk_bounds
 
 
 @dataclass
@@ -76,6 +77,11 @@ def _empty(algorithm: str, p: int, nbytes: int) -> Cost:
     return Cost(algorithm, p, nbytes, 0.0, 0, 0, zeros[:], zeros[:], zeros[:], zeros[:])
 
 
+def _parts(nbytes: int, itemsize: int, p: int) -> list[int]:
+    """Bytes of each of the P chunks (shards) of ``chunk_bounds``."""
+    return [(hi - lo) * itemsize for lo, hi in chunk_bounds(nbytes // itemsize, p)]
+
+
 def naive_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """Rank 0 receives P-1 vectors one after the other, then sends P-1 back."""
     cost = _empty("naive", p, nbytes)
@@ -90,7 +96,7 @@ def naive_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
 def ps_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """Shard k (``n_k`` bytes) on rank k: it sends ``N - n_k`` then ``(P-1) n_k``."""
     cost = _empty("ps", p, nbytes)
-    shard = [(hi - lo) * itemsize for lo, hi in chunk_bounds(nbytes // itemsize, p)]
+    shard = _parts(nbytes, itemsize, p)
     cost.time, cost.rounds = _timed(lambda m: (p - 1) * (2 * m.message_time(shard[0])
                                                          + m.reduce_time(shard[0])), net)
     cost.fan_in = p - 1
@@ -99,19 +105,17 @@ def ps_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     return cost
 
 
-def ring_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel,
-              segment_bytes: int = RING_SEGMENT_BYTES) -> Cost:
-    """2(P-1) steps of S pieces; rank r sends every chunk but ``r`` and ``r+1`` twice."""
+def ring_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
+    """2(P-1) steps, each as long as the longest chunk's (chunk 0, whose chain is the
+    critical path); rank r sends every chunk but r+1 (reduce-scatter) and every chunk
+    but r+2 (allgather)."""
     cost = _empty("ring", p, nbytes)
-    chunk = [(hi - lo) * itemsize for lo, hi in chunk_bounds(nbytes // itemsize, p)]
-    segment = max(1, segment_bytes // itemsize)
-    count = max(1, -(-(chunk[0] // itemsize) // segment))
-    piece = -(-chunk[0] // itemsize // count) * itemsize  # the longest piece
-    cost.time, cost.rounds = _timed(lambda m: (p - 1) * count * (2 * m.message_time(piece)
-                                                                 + m.reduce_time(piece)), net)
+    chunk = _parts(nbytes, itemsize, p)
+    cost.time, cost.rounds = _timed(lambda m: (p - 1) * (2 * m.message_time(chunk[0])
+                                                         + m.reduce_time(chunk[0])), net)
     cost.fan_in = 1
-    cost.messages_sent = cost.messages_recv = [2 * (p - 1) * count] * p
-    cost.bytes_sent = [2 * nbytes - chunk[r] - chunk[(r + 1) % p] for r in range(p)]
+    cost.messages_sent = cost.messages_recv = [2 * (p - 1)] * p
+    cost.bytes_sent = [2 * nbytes - chunk[(r + 1) % p] - chunk[(r + 2) % p] for r in range(p)]
     cost.bytes_recv = [cost.bytes_sent[(r - 1) % p] for r in range(p)]  # the left's sends
     return cost
 
@@ -141,46 +145,70 @@ def recursive_doubling_cost(p: int, nbytes: int, itemsize: int, net: NetworkMode
     return cost
 
 
-def _trees_cost(name: str, p: int, nbytes: int, itemsize: int, net: NetworkModel,
-                trees: list[Tree], segment_bytes: int) -> Cost:
-    """Step every segment through its tree, up then down, with the transport's clock rules."""
-    cost = _empty(name, p, nbytes)
-    segment = max(1, segment_bytes // itemsize)
-    parts = pieces(0, nbytes // itemsize, len(trees))
-    count = [max(1, -(-(hi - lo) // segment)) for lo, hi in parts]
-    work = [pieces(lo, hi, n) for (lo, hi), n in zip(parts, count, strict=True)]
-    schedule = [[(trees[t], (work[t][k][1] - work[t][k][0]) * itemsize)
-                 for t in range(len(trees)) if k < count[t]] for k in range(max(count))]
-    for tree, n in (task for segment in schedule for task in segment):
-        for rank in range(p):
-            for child in tree.children[rank]:
-                for sender, receiver in ((child, rank), (rank, child)):  # up, then down
-                    cost.messages_sent[sender] += 1
-                    cost.messages_recv[receiver] += 1
-                    cost.bytes_sent[sender] += n
-                    cost.bytes_recv[receiver] += n
-    cost.time, cost.rounds = _timed(lambda m: pipeline_time(p, schedule, m), net)
-    cost.fan_in = max(len(kids) for tree in trees for kids in tree.children)
+def _children(q: int, p: int) -> list[int]:
+    """The heap tree's children of position q, as ``tree_allreduce`` numbers them."""
+    return [k for k in (2 * q + 1, 2 * q + 2) if k < p]
+
+
+def tree_clocks(p: int, nbytes: int, net: NetworkModel, start: list[float],
+                mirrored: bool = False) -> list[float]:
+    """Each rank's clock after ``tree_allreduce`` on ``nbytes``, from clocks ``start``.
+
+    The transport's rules, stepped through the heap tree (``mirrored``: its
+    mirror image, rank r at position ``P-1-r``). Every operation blocks, so
+    a rank's links are free whenever it starts one: a receive ends ``m`` after
+    both the sender started and the receiver got there; a send holds the
+    sender for ``m``.
+    """
+    m, r = net.message_time(nbytes), net.reduce_time(nbytes)
+    rank = (lambda q: p - 1 - q) if mirrored else (lambda q: q)  # the rank at position q
+    t = [start[rank(q)] for q in range(p)]
+    sent = [0.0] * p  # when position q's message to its parent (later: from it) started
+    for q in reversed(range(p)):  # 1. reduce up: children before parents
+        for child in _children(q, p):
+            t[q] = max(t[q], sent[child]) + m + r
+        if q > 0:
+            sent[q], t[q] = t[q], t[q] + m
+    for q in range(p):  # 2. broadcast down: parents before children
+        if q > 0:
+            t[q] = max(t[q], sent[q]) + m
+        for child in _children(q, p):
+            sent[child], t[q] = t[q], t[q] + m
+    return [t[rank(k)] for k in range(p)]  # rank(rank(k)) = k
+
+
+def _trees_cost(name: str, p: int, halves: list[int], net: NetworkModel) -> Cost:
+    """Tree allreduces one after the other on parts of ``halves[k]`` bytes, the k-th
+    along the heap tree (k even) or its mirror image (k odd)."""
+    cost = _empty(name, p, sum(halves))
+    for k, part in enumerate(halves):
+        for q in range(p):
+            edges = len(_children(q, p)) + (q > 0)  # one message each way per edge
+            rank = p - 1 - q if k % 2 else q
+            cost.messages_sent[rank] += edges
+            cost.messages_recv[rank] += edges
+            cost.bytes_sent[rank] += edges * part
+            cost.bytes_recv[rank] += edges * part
+
+    def time(m: NetworkModel) -> float:
+        clocks = [0.0] * p
+        for k, part in enumerate(halves):
+            clocks = tree_clocks(p, part, m, clocks, mirrored=k % 2 == 1)
+        return max(clocks)
+
+    cost.time, cost.rounds = _timed(time, net)
+    cost.fan_in = min(2, p - 1)
     return cost
 
 
-def tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel,
-              segment_bytes: int = TREE_SEGMENT_BYTES) -> Cost:
-    """One in-order binary tree, depth D: about ``2D + 3S`` message times for S segments;
-    at P = 2 one exchange (``tree_allreduce``)."""
-    if p == 2:
-        cost = recursive_doubling_cost(p, nbytes, itemsize, net)
-        cost.algorithm = "tree"
-        return cost
-    return _trees_cost("tree", p, nbytes, itemsize, net, [inorder_tree(p)], segment_bytes)
+def tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
+    """The heap tree: up (children 2r+1, 2r+2 in turn), then down."""
+    return _trees_cost("tree", p, [nbytes], net)
 
 
-def double_tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel,
-                     segment_bytes: int = TREE_SEGMENT_BYTES) -> Cost:
-    """Two complementary trees on half the vector each."""
-    first = inorder_tree(p)
-    return _trees_cost("double_tree", p, nbytes, itemsize, net, [first, mirrored_tree(first)],
-                       segment_bytes)
+def double_tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
+    """The heap tree on the first half, then its mirror image on the second."""
+    return _trees_cost("double_tree", p, _parts(nbytes, itemsize, 2), net)
 
 
 def mpi_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
@@ -201,8 +229,8 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
 
     A recursive-doubling allreduce of one packet, ``PACKET_BYTES`` (the max of
     its header is not charged as reduction); when the data rides in the
-    packet (``consistency.rides_with_check``: a short recursive-doubling
-    allreduce, or a short tree one on two ranks), this is the whole cost.
+    packet (``agreement.rides_with_check``: a short recursive-doubling
+    allreduce), this is the whole cost.
     """
     if p == 1:
         return _empty("check", p, PACKET_BYTES)
@@ -210,6 +238,23 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
     cost = recursive_doubling_cost(p, PACKET_BYTES, 1, net, nbytes if small else 0)
     cost.algorithm = f"check + {algorithm}" if small else "check"
     return cost
+
+
+def _network(algorithm: str, nbytes: int, itemsize: int,
+             network: NetworkModel | None) -> NetworkModel:
+    if algorithm not in MODELS:
+        raise ValueError(f"no cost model for {algorithm!r}; use one of {list(MODELS)}")
+    if nbytes % itemsize:
+        raise ValueError(f"{nbytes} bytes is not a whole number of {itemsize}-byte items")
+    return NetworkModel() if network is None else network
+
+
+def schedule_cost(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
+                  network: NetworkModel | None = None) -> Cost:
+    """The :class:`Cost` of the algorithm's function called directly on ``nbytes`` bytes
+    (every message priced at its own size, as outside ``comm.allreduce``)."""
+    network = _network(algorithm, nbytes, itemsize, network)
+    return MODELS[algorithm](world_size, nbytes, itemsize, network)
 
 
 def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
@@ -223,12 +268,7 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     default (:func:`check_cost`); its time is then the sum of the two
     parts (exact when P is a power of two: all ranks leave the check at once).
     """
-    if algorithm not in MODELS:
-        raise ValueError(f"no cost model for {algorithm!r}; use one of {list(MODELS)}")
-    if nbytes % itemsize:
-        raise ValueError(f"{nbytes} bytes is not a whole number of {itemsize}-byte items")
-    if network is None:
-        network = NetworkModel()
+    network = _network(algorithm, nbytes, itemsize, network)
     if world_size == 1 or nbytes == 0:
         cost = _empty(algorithm, world_size, nbytes)
     else:

@@ -19,11 +19,12 @@ message). Short vectors go by recursive doubling instead (``log2 P'``
 exchanges of N, each reduced); the model takes the cheaper of the two, as
 MPICH's tuning does.
 
-Three prices have no counterpart in the library's algorithms:
+Three prices lie outside the α-β-γ model of the library's algorithms:
 
 - MPICH's reduction loop (``MPI_Reduce_local``) is not numpy's ``np.add``:
   about 2x slower for long float32 vectors here;
-- the copy of step 1 (our algorithms reduce straight into ``out``);
+- the copy of step 1 (``comm.allreduce`` makes the same copy into ``out``
+  before its in-place algorithms; the benchmark prices both alike);
 - the temporary buffer, allocated at every call. From 32 MiB up (glibc's
   largest ``mmap`` threshold) it comes fresh from the kernel, and every
   page it receives into faults on first touch: the fit prices a fault at
