@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,16 @@ def test_solution_notebooks_are_clean_and_well_formed(lab):
         text = json.dumps(released)
         assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
         assert "grader's cases" not in text  # hidden tests are gone from the release
+
+
+def test_what_students_import_leaves_the_grader_out():
+    """The library and every lab helper import without the grading machinery (course/)."""
+    code = ("import importlib, pkgutil, sys, minidist, minidist.labkit\n"
+            "for name in minidist.__all__: getattr(minidist, name)\n"
+            "for module in pkgutil.iter_modules(minidist.labkit.__path__):\n"
+            "    importlib.import_module('minidist.labkit.' + module.name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('minidist.course')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -1,15 +1,30 @@
-"""minidist.util: the helpers each written once (the epoch shuffle, verified downloads)."""
+"""minidist.util: the helpers each written once (shuffle, downloads, process trees, mpiexec)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from minidist.util import epoch_order
 from minidist.util.download import ChecksumError, DownloadError, cache_folder, fetch, verify
+from minidist.util.mpiexec import (
+    ONE_THREAD,
+    mpiexec_command,
+    rank_environment,
+    run_module_under_mpi,
+)
+from minidist.util.processes import stop_process_tree
 
 # ---------------------------------------------------------------- the epoch shuffle
 
@@ -109,3 +124,101 @@ def test_cache_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("MINIDIST_DATA")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_folder("mnist") == tmp_path / "home" / ".cache" / "minidist" / "mnist"
+
+
+# ---------------------------------------------------------------- process trees
+
+STUBBORN_TREE = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends this one
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a child
+if os.fork() == 0:  # a double fork: an orphan, out of the tree but still in the group
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(30)
+def test_a_process_tree_ends_whole_even_when_it_ignores_sigterm():
+    root = subprocess.Popen([sys.executable, "-c", STUBBORN_TREE], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    assert root.stdout.readline() == b"ready\n"
+    time.sleep(0.2)  # the orphan's parent has exited
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == root.pid and alive(p)]
+    assert len(group) == 3, "the root, its child and the orphan"
+    start = time.monotonic()
+    stop_process_tree(root, grace=0.5)
+    assert time.monotonic() - start < 5
+    assert root.returncode == -signal.SIGKILL  # it ignored SIGTERM
+    assert [p.pid for p in group if alive(p)] == []
+    root.stdout.close()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _ignore_sigterm_then_sleep(ready):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
+
+
+@pytest.mark.timeout(30)
+def test_worker_processes_end_and_keep_their_exit_codes():
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    stubborn = context.Process(target=_ignore_sigterm_then_sleep, args=(ready,), daemon=True)
+    polite = context.Process(target=time.sleep, args=(60,), daemon=True)
+    never_started = context.Process(target=time.sleep, args=(60,))
+    stubborn.start()
+    polite.start()
+    assert ready.wait(20)
+    stop_process_tree(stubborn, polite, never_started, grace=0.5)
+    assert (polite.exitcode, stubborn.exitcode) == (-signal.SIGTERM, -signal.SIGKILL)
+    stop_process_tree(stubborn, polite)  # already ended: nothing to do, no error
+
+
+# ---------------------------------------------------------------- the mpiexec command
+
+
+def test_rank_environment_one_thread_and_heavy_yield_past_the_cores():
+    cores = os.cpu_count() or 1
+    base = {"PATH": "/bin", "OMP_NUM_THREADS": "8"}
+    assert rank_environment(cores, base) == {"PATH": "/bin", **ONE_THREAD}
+    assert rank_environment(cores + 1, base)["MPIR_CVAR_ENABLE_HEAVY_YIELD"] == "1"
+    assert set(ONE_THREAD) == {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
+
+
+def test_mpiexec_command_is_the_one_next_to_python(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "mpiexec")):
+        mpiexec_command(2, ["-m", "x"])
+    (tmp_path / "mpiexec").touch()
+    assert mpiexec_command(3, ["-m", "x", "--flag"], "hosts", ["-ppn", "1"]) == [
+        str(tmp_path / "mpiexec"), "-f", "hosts", "-ppn", "1", "-n", "3",
+        str(tmp_path / "python"), "-m", "mpi4py", "-m", "x", "--flag"]
+    with pytest.raises(ValueError, match="at least one rank, got 0"):
+        mpiexec_command(0, ["-m", "x"])
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not (Path(sys.executable).parent / "mpiexec").exists(), reason="no mpiexec")
+def test_a_module_runs_under_mpi(capfd):
+    assert run_module_under_mpi("mpi4py.bench", 2, ["helloworld"]) == 0
+    out = capfd.readouterr().out
+    assert "process 0 of 2" in out and "process 1 of 2" in out

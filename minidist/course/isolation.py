@@ -7,9 +7,11 @@ kernel, which is what runs student code, starts in ``sandbox.py``; when the
 grader is root it runs as a user id of its own (``pick_uid``), so it cannot
 open the private folder, the gradebook or anyone else's work, and after the
 run every process still owned by that uid is killed (``kill_user``), however
-it tried to escape (double fork, ``setsid``). Without root, the process group
-is killed instead; a process that left it with ``setsid`` would survive, one
-more reason to grade as root inside a container.
+it tried to escape (double fork, ``setsid``). Without root, the nbgrader run's
+process tree and process group are stopped instead
+(:func:`minidist.util.processes.stop_process_tree`); a process that left both
+with a double fork and ``setsid`` would survive, one more reason to grade as
+root inside a container.
 
 Limits, honestly: the kernel can still use the network, and inside the
 notebook a student's code runs in the same interpreter as the tests that
@@ -29,6 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
+from minidist.util.processes import stop_process_tree
+
 FIRST_SANDBOX_UID = 61000
 SANDBOX_UIDS = 4000
 
@@ -38,19 +44,9 @@ def running_as_root() -> bool:
 
 
 def uid_processes(uid: int) -> list[int]:
-    """Pids of the processes whose real uid is ``uid`` (read from /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
-        if uid_line.split()[1:2] == [str(uid)]:
-            pids.append(int(entry.name))
-    return pids
+    """Pids of the processes whose real uid is ``uid``."""
+    return [p.pid for p in psutil.process_iter(["uids"])
+            if p.info["uids"] is not None and p.info["uids"].real == uid]
 
 
 def pick_uid(taken: set[int]) -> int:
@@ -79,23 +75,6 @@ def kill_user(uid: int, attempts: int = 50) -> int:
                 pass
         time.sleep(0.05)
     return killed
-
-
-def kill_group(process: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL the process group that ``process`` leads."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # children that outlived their leader
-    except ProcessLookupError:
-        pass
 
 
 def make_workdir(uid: int | None) -> Path:
@@ -133,7 +112,8 @@ def sandbox_settings(workdir: Path, staging: Path, uid: int | None, hide: list[P
 
 def run_isolated(command: list[str], cwd: Path, env: dict[str, str],
                  timeout: float) -> tuple[int | None, str]:
-    """Run ``command`` in a new process group; on timeout kill the group. (returncode, log)."""
+    """Run ``command`` in a new process group; stop all it started, at the end or on timeout.
+    Returns (returncode, None on timeout; the log's last 20,000 characters)."""
     with tempfile.TemporaryFile(mode="w+") as log:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
@@ -141,6 +121,6 @@ def run_isolated(command: list[str], cwd: Path, env: dict[str, str],
             returncode: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             returncode = None
-        kill_group(process)
+        stop_process_tree(process, grace=3.0)
         log.seek(0)
         return returncode, log.read()[-20000:]

@@ -22,13 +22,14 @@ import tempfile
 from pathlib import Path
 
 from minidist.course.settings import known_labs
+from minidist.util.mpiexec import ONE_THREAD
 
 
 def nbgrader_env(home: Path | None = None) -> dict[str, str]:
     """The environment of an nbgrader subprocess: the venv's bin/ first (nbgrader runs alembic)."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.update(ONE_THREAD)
     if home is not None:
         env["HOME"] = str(home)
     return env

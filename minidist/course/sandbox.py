@@ -35,6 +35,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from minidist.util.mpiexec import ONE_THREAD
+
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 1 << 14, 1 << 18
@@ -110,7 +112,7 @@ def kernel_environment(workdir: str) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
     return {**keep, "HOME": workdir, "TMPDIR": workdir, "IPYTHONDIR": f"{workdir}/.ipython",
             "JUPYTER_RUNTIME_DIR": workdir, "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            **ONE_THREAD}
 
 
 def main(argv: list[str]) -> None:

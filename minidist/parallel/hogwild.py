@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from minidist.util.processes import stop_process_tree
+
 
 class SharedArrays:
     """Numpy arrays backed by named shared-memory blocks, usable from other processes."""
@@ -179,7 +181,7 @@ def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], work
         return run
     finally:
         try:
-            _stop(processes)
+            stop_process_tree(*processes, grace=5.0)  # SIGTERM, then SIGKILL, what is still alive
         finally:
             shared.close()
 
@@ -200,19 +202,6 @@ def _next_report(reports: Any, processes: list[Any], deadline: float) -> tuple:
         if report[0] == "error":
             raise RuntimeError(f"hogwild worker {report[1]} failed:\n{report[2]}")
         return report
-
-
-def _stop(processes: list[Any]) -> None:
-    """End every started worker still alive: SIGTERM, then SIGKILL."""
-    started = [p for p in processes if p.pid is not None]
-    for process in started:
-        if process.is_alive():
-            process.terminate()
-    for process in started:
-        process.join(5.0)
-        if process.is_alive():
-            process.kill()
-            process.join()
 
 
 def __getattr__(name: str) -> Any:
