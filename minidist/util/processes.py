@@ -75,44 +75,57 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
-def _tree(tops: list[_Root], groups: list[int]) -> dict[int, psutil.Process]:
-    """The descendants of the roots, and every member of the roots' own process groups."""
+def _descendants(tops: list[_Root]) -> dict[int, psutil.Process]:
     found = {}
     for top in tops:
         with suppress(psutil.NoSuchProcess):
             found.update((p.pid, p) for p in psutil.Process(top.pid).children(recursive=True))
-    if groups:
-        for process in psutil.process_iter():
-            with suppress(ProcessLookupError, psutil.NoSuchProcess):
-                if os.getpgid(process.pid) in groups and process.pid not in groups:
-                    found[process.pid] = process
     return found
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether the process group ``pgid`` still holds a process that is not a zombie."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, with members of another user
+    for process in psutil.process_iter():
+        with suppress(ProcessLookupError, psutil.NoSuchProcess):
+            if os.getpgid(process.pid) == pgid and _running(process):
+                return True
+    return False
 
 
 def stop_process_tree(*roots: Any, grace: float = KILL_GRACE) -> None:
     """End each root and every process it started: SIGTERM, ``grace`` seconds, SIGKILL.
 
-    Returns once the roots are reaped and their descendants gone (a descendant
-    that ignores SIGKILL, i.e. stuck in the kernel, is waited for ``grace`` more).
+    Returns once the roots are reaped and the rest is gone (or, for a process
+    that even SIGKILL cannot end at once, after ``grace`` more seconds).
     """
-    tops = [_Root(p) for p in roots if getattr(p, "pid", p) is not None]  # None: not started
+    tops = [_Root(p) for p in roots if p.pid is not None]  # None: a Process never started
     groups = [top.pid for top in tops if top.leads_own_group()]
     family: dict[int, psutil.Process] = {}
+
+    def anything_left() -> bool:
+        return (any(top.alive() for top in tops) or any(map(_running, family.values()))
+                or any(map(_group_alive, groups)))
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        family.update(_tree(tops, groups))                        # 1. the whole tree, now
+        family.update(_descendants(tops))                         # 1. the whole tree, now
         for top in tops:                                          # 2. / 4. signal it
             top.signal(sig)
-        for pid in groups:
+        for pgid in groups:
             with suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)
+                os.killpg(pgid, sig)
         for process in family.values():
             with suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 process.send_signal(sig)
         deadline = time.monotonic() + grace                       # 3. wait for it
-        while time.monotonic() < deadline and (any(top.alive() for top in tops)
-                                                or any(map(_running, family.values()))):
+        while anything_left() and time.monotonic() < deadline:
             time.sleep(0.02)
-        if not any(top.alive() for top in tops) and not any(map(_running, family.values())):
+        if not anything_left():
             break
     for top in tops:
         top.reap()
