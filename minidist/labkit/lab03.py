@@ -40,7 +40,7 @@ from minidist.comm.errors import RankError
 from minidist.comm.transport.stats import CommStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
-from minidist.labkit.lab02 import (
+from minidist.labkit.ranks import (
     LIBRARY_COLLECTIVES,
     as_one_sentence,
     expect_counts,

@@ -1,7 +1,7 @@
 """Checks for Lab 4 (data parallelism): every answer against one process on the whole batch.
 
 Each check runs the function under test on P in-process ranks
-(:func:`~minidist.labkit.lab02.run_ranks`), with the library's own data
+(:func:`~minidist.labkit.ranks.run_ranks`), with the library's own data
 parallelism **blocked** (:data:`LIBRARY_DATA_PARALLEL`: ``DataParallel``,
 its bucket planner, buckets and reducer, its parameter broadcast), and
 compares with a single-process reference computed before anything is blocked.
@@ -36,7 +36,7 @@ from minidist.autograd import Tensor
 from minidist.comm import allreduce
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
-from minidist.labkit.lab02 import run_ranks
+from minidist.labkit.ranks import run_ranks
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD

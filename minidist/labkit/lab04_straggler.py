@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from minidist.labkit.checks import expect
-from minidist.labkit.lab02 import run_ranks
 from minidist.labkit.lab04 import (
     LIBRARY_DATA_PARALLEL,
     CountingMLP,
@@ -36,6 +35,7 @@ from minidist.labkit.lab04 import (
     mean_loss,
     reference_average,
 )
+from minidist.labkit.ranks import run_ranks
 from minidist.optim import SGD
 
 STEP = (("compute", "main"), ("wait", "main"), ("comm", "main"))  # one step's intervals

@@ -36,7 +36,7 @@ from minidist.comm import ALGORITHMS, allreduce
 from minidist.data.cooccur import zipf_cooccurrence
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close, numerical_gradient
-from minidist.labkit.lab02 import run_ranks
+from minidist.labkit.ranks import run_ranks
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import chunk_bounds
 
