@@ -34,8 +34,10 @@ from typing import Any
 
 from minidist.autograd.function import Context
 from minidist.autograd.tensor import Tensor
+from minidist.util.answers import lab_answer
 
 
+@lab_answer("lab01_topological_order")
 def topological_order(root):
     """Every tensor ``root`` depends on, each once, inputs before outputs."""
     order, visited, stack = [], set(), [(root, False)]
@@ -53,6 +55,7 @@ def topological_order(root):
     return order
 
 
+@lab_answer("lab01_backward_pass")
 def backward(root: Tensor, grad: Any, retain_graph: bool = False) -> None:
     """Accumulate d root / d leaf into ``leaf.grad`` for every leaf ``root`` depends on.
 

@@ -15,8 +15,10 @@ from typing import Any
 
 from minidist.autograd.function import Context, Function
 from minidist.backend import xp_of
+from minidist.util.answers import lab_answer
 
 
+@lab_answer("lab01_unbroadcast")
 def unbroadcast(grad: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``grad`` over the axes that broadcasting added or stretched, to get ``shape``."""
     shape = tuple(shape)
@@ -62,6 +64,7 @@ class Mul(Function):
         return a * b
 
     @staticmethod
+    @lab_answer("lab01_backward_mul")
     def backward(ctx: Context, grad):
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
@@ -177,6 +180,7 @@ class ReLU(Function):
         return out
 
     @staticmethod
+    @lab_answer("lab01_backward_relu")
     def backward(ctx: Context, grad):
         (out,) = ctx.saved_tensors
         return grad * (out > 0)
@@ -205,6 +209,7 @@ class MatMul(Function):
         return a @ b
 
     @staticmethod
+    @lab_answer("lab01_backward_matmul")
     def backward(ctx: Context, grad):
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad

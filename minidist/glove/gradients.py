@@ -28,6 +28,7 @@ import numpy as np
 from minidist.autograd import Tensor
 from minidist.glove.model import GloVe, Records
 from minidist.glove.vectorised import sum_rows
+from minidist.util.answers import lab_answer
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SparseGradients:
     cost: float                # J / 2 on the batch
 
 
+@lab_answer("lab05_loss_gradients")
 def gather_residuals(model: GloVe, batch: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The batch's rows [w_i, b_i] and [w~_j, b~_j] (copies), and every record's
     diff = w_i . w~_j + b_i + b~_j - log X_ij."""
@@ -49,12 +51,14 @@ def gather_residuals(model: GloVe, batch: Records) -> tuple[np.ndarray, np.ndarr
     return w, c, diff
 
 
+@lab_answer("lab05_loss_gradients")
 def loss(model: GloVe, records: Records) -> float:
     """J = sum f(X_ij) diff^2 over the records (the paper's loss, twice glove.c's cost)."""
     diff = gather_residuals(model, records)[2]
     return float(records.weight @ (diff * diff))
 
 
+@lab_answer("lab05_loss_gradients")
 def batch_gradients(model: GloVe, batch: Records) -> SparseGradients:
     """glove.c's cost J / 2 on ``batch`` and its gradients, for the rows the batch touched.
 
@@ -69,6 +73,7 @@ def batch_gradients(model: GloVe, batch: Records) -> SparseGradients:
     return row_gradients(batch, w, c, diff)                                 # 3. 4.
 
 
+@lab_answer("lab05_loss_gradients")
 def row_gradients(batch: Records, w: np.ndarray, c: np.ndarray,
                   diff: np.ndarray) -> SparseGradients:
     """Phases 3 and 4 of ``batch_gradients``, from the gathered rows (overwritten, see
@@ -86,6 +91,7 @@ def row_gradients(batch: Records, w: np.ndarray, c: np.ndarray,
     return SparseGradients(words, word_grad, contexts, context_grad, cost)
 
 
+@lab_answer("lab05_loss_gradients")
 def autograd_loss(word: Tensor, context: Tensor, batch: Records) -> Tensor:
     """J / 2 on a batch, built from tensor operations: backward gives glove.c's gradients."""
     w, c = word[batch.row], context[batch.col]      # embedding gathers, (B, d + 1)

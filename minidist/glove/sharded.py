@@ -32,6 +32,7 @@ from minidist.glove.gradients import row_gradients
 from minidist.glove.model import ETA, GloVe, Records
 from minidist.glove.training import Strategy, apply_gradients, fit
 from minidist.util import chunk_bounds
+from minidist.util.answers import lab_answer
 
 
 def shard(model: GloVe, lo: int, hi: int) -> GloVe:
@@ -40,6 +41,7 @@ def shard(model: GloVe, lo: int, hi: int) -> GloVe:
                    for a in model.arrays().values()))
 
 
+@lab_answer("lab05_sharded_dots")
 def sharded_step(comm: Communicator, local: GloVe, batch: Records, eta: float = ETA,
                  algorithm: str = "ring") -> float:
     """One batch on this rank's columns; returns the batch's cost J / 2.
@@ -100,6 +102,7 @@ class Sharded(Strategy):
         return gather_columns(self.comm, model, self.bounds)
 
 
+@lab_answer("lab05_sharded_dots")
 def train_glove_sharded(comm: Communicator, model: GloVe, records: Records, epochs: int,
                         batch_size: int = 4096, seed: int = 0, eta: float = ETA,
                         algorithm: str = "ring") -> tuple[GloVe | None, list[float]]:

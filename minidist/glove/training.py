@@ -31,8 +31,10 @@ from minidist.glove.gradients import SparseGradients, batch_gradients
 from minidist.glove.model import ETA, GloVe, Records
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
+from minidist.util.answers import lab_answer
 
 
+@lab_answer("lab05_adagrad")
 def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
     """glove.c's AdaGrad on every row the batch touched, in both tables. O(U d)."""
     adagrad_rows(model.word, model.word_gradsq, grads.words, grads.word_grad, eta)

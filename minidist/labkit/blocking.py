@@ -4,6 +4,12 @@ The library is the course's reference implementation, so "call the library"
 would answer every lab. While a task is graded, its reference is replaced by
 a function that raises ``BlockedError("write your own ...")``.
 
+What to block is named by the task's id: ``blocked("lab03_cost")`` blocks
+every library function marked ``@lab_answer("lab03_cost")`` or
+``@lab_answer("lab03")`` where it is written (:mod:`minidist.util.answers`),
+so no list of names is kept by hand. A dotted path blocks one function:
+``blocked("minidist.autograd.ops.Mul.backward")``.
+
 The replacement swaps the function's *code object* (``__code__``) rather than
 the name that points at it. A student who wrote
 ``from minidist.autograd.ops import unbroadcast as mine`` before the check
@@ -22,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FunctionType
 from typing import Any
+
+from minidist.util.answers import ANSWER_ID, answers_to, dotted_name
 
 
 class BlockedError(NotImplementedError):
@@ -63,15 +71,24 @@ def _function_of(obj: Any, target: str) -> FunctionType:
     return func
 
 
+def _functions(target: str) -> list[tuple[str, FunctionType]]:
+    """``(name, function)`` for a dotted path, or for each answer to a task id."""
+    if ANSWER_ID.fullmatch(target):
+        return [(dotted_name(f), _function_of(f, dotted_name(f))) for f in answers_to(target)]
+    return [(target, _function_of(_resolve(target), target))]
+
+
 @contextmanager
 def blocked(*targets: str) -> Iterator[None]:
-    """Make each dotted ``target`` raise ``BlockedError`` inside the ``with`` block."""
-    functions = [_function_of(_resolve(t), t) for t in targets]
-    originals = [f.__code__ for f in functions]
+    """Make each target raise ``BlockedError`` inside the ``with`` block: every library
+    answer to a task id (``"lab03_ring"``, ``"lab03"``), or one dotted function path."""
+    found = {id(f): (name, f) for target in targets for name, f in _functions(target)}
+    functions = list(found.values())
+    originals = [f.__code__ for _, f in functions]
     try:
-        for target, func in zip(targets, functions, strict=True):
-            func.__code__ = _raising_code(target, func)
+        for name, func in functions:
+            func.__code__ = _raising_code(name, func)
         yield
     finally:
-        for func, code in reversed(list(zip(functions, originals, strict=True))):
+        for (_, func), code in reversed(list(zip(functions, originals, strict=True))):
             func.__code__ = code

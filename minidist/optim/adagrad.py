@@ -31,11 +31,13 @@ from typing import Any
 from minidist import backend
 from minidist.autograd import Tensor
 from minidist.optim.optimizer import Optimizer
+from minidist.util.answers import lab_answer
 
 CONVENTIONS = ("textbook", "glove.c")
 ALL = slice(None)  # ``rows`` that select a whole parameter
 
 
+@lab_answer("lab05_adagrad")
 def adagrad_rows(table: Any, gradsq: Any, rows: Any, grad: Any, lr: float = 0.05,
                  eps: float = 0.0, convention: str = "glove.c") -> None:
     """The AdaGrad step of ``table[rows]``, in place, with their sums ``gradsq[rows]``.

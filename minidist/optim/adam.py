@@ -34,6 +34,7 @@ from typing import Any
 from minidist.autograd import Tensor
 from minidist.backend import xp_of
 from minidist.optim.optimizer import Optimizer, blocks
+from minidist.util.answers import lab_answer
 
 
 class Adam(Optimizer):
@@ -49,6 +50,7 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
 
+    @lab_answer("lab01_adam")
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:
         """One step of ``param``: m and s, their bias correction, w -= lr m_hat / sqrt(s_hat)."""

@@ -29,6 +29,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from minidist.util.answers import lab_answer
+
 Schedule = Callable[[int], float]
 
 
@@ -56,6 +58,7 @@ def cosine(lr: float, total_steps: int, min_lr: float = 0.0) -> Schedule:
     return schedule
 
 
+@lab_answer("lab04_lr_schedule")
 def with_warmup(after: Schedule, warmup_steps: int, start_lr: float = 0.0) -> Schedule:
     """Linear ramp from ``start_lr`` to ``after(0)`` over W steps, then ``after(t - W)``."""
     if warmup_steps < 0:
@@ -69,16 +72,19 @@ def with_warmup(after: Schedule, warmup_steps: int, start_lr: float = 0.0) -> Sc
     return schedule
 
 
+@lab_answer("lab04_lr_schedule")
 def linear_warmup(lr: float, warmup_steps: int, start_lr: float = 0.0) -> Schedule:
     """lr_t = start_lr + (lr - start_lr) t / W for t < W, then lr."""
     return with_warmup(constant(lr), warmup_steps, start_lr)
 
 
+@lab_answer("lab04_lr_schedule")
 def scaled_lr(base_lr: float, batch_size: int, base_batch_size: int = 256) -> float:
     """The linear scaling rule: lr = base_lr * batch_size / base_batch_size."""
     return base_lr * batch_size / base_batch_size
 
 
+@lab_answer("lab04_lr_schedule")
 def linear_scaling(base_lr: float, batch_size: int, base_batch_size: int = 256,
                    warmup_steps: int = 0, after: Callable[[float], Schedule] = constant
                    ) -> Schedule:

@@ -30,6 +30,7 @@ from typing import Any
 from minidist.autograd import Tensor
 from minidist.backend import xp_of
 from minidist.optim.optimizer import Optimizer, blocks
+from minidist.util.answers import lab_answer
 
 
 class SGD(Optimizer):
@@ -45,6 +46,7 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                       nesterov=nesterov))
 
+    @lab_answer("lab01_sgd_momentum")
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:
         """One step of ``param``: v = momentum v + g, then w -= lr v."""

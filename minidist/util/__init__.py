@@ -4,7 +4,9 @@
 - :mod:`~minidist.util.shuffle`: ``epoch_order``, the seeded shuffle of an epoch;
 - :mod:`~minidist.util.processes`: ``stop_process_tree`` (SIGTERM, grace, SIGKILL);
 - :mod:`~minidist.util.mpiexec`: the command line and environment of MPI ranks;
-- :mod:`~minidist.util.download`: ``fetch``, a cached download checked against a hash.
+- :mod:`~minidist.util.download`: ``fetch``, a cached download checked against a hash;
+- :mod:`~minidist.util.answers`: ``@lab_answer("lab03_cost")``, marking a library
+  function as a lab task's answer (``labkit.blocked`` blocks it while that task is checked).
 
 The first two are imported here; import the others from their modules.
 """

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
 from minidist.comm.cost.network import NetworkModel
 from minidist.util import chunk_bounds
+from minidist.util.answers import lab_answer
 
 
 @dataclass
@@ -82,6 +83,7 @@ def _parts(nbytes: int, itemsize: int, p: int) -> list[int]:
     return [(hi - lo) * itemsize for lo, hi in chunk_bounds(nbytes // itemsize, p)]
 
 
+@lab_answer("lab03_cost")
 def naive_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """Rank 0 receives P-1 vectors one after the other, then sends P-1 back."""
     cost = _empty("naive", p, nbytes)
@@ -93,6 +95,7 @@ def naive_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     return cost
 
 
+@lab_answer("lab03_cost")
 def ps_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """Shard k (``n_k`` bytes) on rank k: it sends ``N - n_k`` then ``(P-1) n_k``."""
     cost = _empty("ps", p, nbytes)
@@ -105,6 +108,7 @@ def ps_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     return cost
 
 
+@lab_answer("lab03_cost")
 def ring_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """2(P-1) steps, each as long as the longest chunk's (chunk 0, whose chain is the
     critical path); rank r sends every chunk but r+1 (reduce-scatter) and every chunk
@@ -249,6 +253,7 @@ def _network(algorithm: str, nbytes: int, itemsize: int,
     return NetworkModel() if network is None else network
 
 
+@lab_answer("lab03_cost")
 def schedule_cost(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
                   network: NetworkModel | None = None) -> Cost:
     """The :class:`Cost` of the algorithm's function called directly on ``nbytes`` bytes
@@ -257,6 +262,7 @@ def schedule_cost(algorithm: str, world_size: int, nbytes: int, itemsize: int = 
     return MODELS[algorithm](world_size, nbytes, itemsize, network)
 
 
+@lab_answer("lab03_cost")
 def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
             network: NetworkModel | None = None, check: bool = False) -> Cost:
     """The predicted :class:`Cost` of ``allreduce(..., algorithm)`` on ``nbytes`` bytes.
