@@ -1,4 +1,5 @@
-"""minidist.util: the helpers each written once (shuffle, downloads, process trees, mpiexec)."""
+"""minidist.util: the helpers each written once (shuffle, downloads, process trees, mpiexec,
+the registry of the library's lab answers)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import numpy as np
 import psutil
 import pytest
 
+from minidist.labkit import BlockedError, blocked
 from minidist.util import epoch_order
+from minidist.util.answers import answers_to, dotted_name, lab_answer
 from minidist.util.download import ChecksumError, DownloadError, cache_folder, fetch, verify
 from minidist.util.mpiexec import (
     ONE_THREAD,
@@ -222,3 +225,61 @@ def test_a_module_runs_under_mpi(capfd):
     assert run_module_under_mpi("mpi4py.bench", 2, ["helloworld"]) == 0
     out = capfd.readouterr().out
     assert "process 0 of 2" in out and "process 1 of 2" in out
+
+
+# ---------------------------------------------------------------- lab answers, blocked by task
+
+
+def test_blocked_by_task_id_blocks_the_task_and_its_lab_then_restores():
+    from minidist.comm import NetworkModel, cost
+    from minidist.parallel.replicas import broadcast_parameters
+
+    expected = cost.predict("ring", 4, 1024, network=NetworkModel(1e-6, 1e-9, 0.0))
+    with blocked("lab03_cost"):
+        with pytest.raises(BlockedError, match="write your own predict"):
+            cost.predict("ring", 4, 1024)
+    assert cost.predict("ring", 4, 1024, network=NetworkModel(1e-6, 1e-9, 0.0)) == expected
+    names = [dotted_name(f) for f in answers_to("lab04_lr_schedule")]
+    assert "minidist.optim.schedules.linear_scaling" in names  # the task's own answer
+    assert "minidist.parallel.replicas.broadcast_parameters" in names  # registered for Lab 4
+    with blocked("lab04"), pytest.raises(BlockedError, match="broadcast_parameters"):
+        broadcast_parameters(None, None)
+    with blocked("minidist.autograd.ops.Mul.backward"), pytest.raises(BlockedError,
+                                                                     match="Mul.backward"):
+        answers_to("lab01_backward_mul")[0](None, None)
+
+
+def test_task_ids_are_checked():
+    with pytest.raises(ValueError, match="not a task id: 'ring'"):
+        answers_to("ring")
+    with pytest.raises(LookupError, match="no library function .* 'lab01_train_mlp'"):
+        answers_to("lab01_train_mlp")
+    with pytest.raises(ValueError, match="task ids like 'lab03_ring'"):
+        lab_answer("Lab 3, Task 3")
+
+    def outer():
+        x = 1
+
+        def closure():
+            return x
+        return closure
+
+    with pytest.raises(TypeError, match="cannot be blocked: it is a closure"):
+        lab_answer("lab09_never")(outer())
+
+
+def test_importing_the_library_packages_registers_every_answer():
+    """No @lab_answer sits in a module that the packages' own imports leave out."""
+    count = ("import importlib, pkgutil, sys, minidist.util.answers as a\n"
+             "a.import_library()\n"
+             "if sys.argv[1] == 'all':\n"
+             "    for package in a.LIBRARY:\n"
+             "        root = importlib.import_module('minidist.' + package)\n"
+             "        for m in pkgutil.walk_packages(root.__path__, root.__name__ + '.'):\n"
+             "            importlib.import_module(m.name)\n"
+             "print(sorted((k, len(v)) for k, v in a._answers.items()))\n")
+    runs = [subprocess.run([sys.executable, "-c", count, which], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, **ONE_THREAD))
+            for which in ("packages", "all")]
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    assert runs[0].stdout == runs[1].stdout
