@@ -80,7 +80,8 @@ def without_docstring(function: ast.FunctionDef) -> ast.FunctionDef:
 def test_the_library_planner_is_the_solution_line_for_line():
     source = textwrap.dedent(inspect.getsource(buckets.plan_buckets))
     library = without_docstring(ast.parse(source).body[0])
-    for node in ast.walk(library):  # type annotations are the library's only addition
+    library.decorator_list = []  # @lab_answer: the mark of a lab's answer, not its code
+    for node in ast.walk(library):  # and type annotations are the library's only additions
         for field in ("annotation", "returns"):
             if getattr(node, field, None) is not None:
                 setattr(node, field, None)
