@@ -116,7 +116,7 @@ def _to_host(value: Any) -> Any:
 
 # ---- beneath the updates: cache blocking ------------------------------------------------------
 
-BLOCK = 1 << 14  # weights per block: 64 KiB of float32, small enough to stay in a core's cache
+BLOCK = 1 << 16  # weights per block: a block, its state and its temporaries fit the caches
 
 
 @dataclass
@@ -134,12 +134,14 @@ def blocks(param: Tensor, grad: Any, *state: Any) -> Iterator[tuple[Any, ...]]:
 
     Why: an update written as the lab writes it, ``p.data -= lr * m_hat / (np.sqrt(s_hat)
     + eps)``, makes a new temporary array per operation. For a whole 1024 x 1024 weight
-    each temporary is a fresh 4 MiB that the allocator maps from the system (page faults
-    on first touch), and each of the update's passes streams the weight from main memory.
-    On a block the temporaries are small, the allocator reuses them, and every pass finds
-    its data in cache: the lesson's own text, faster than whole-array ``out=`` arithmetic.
-    On a GPU (cupy) one kernel per pass over the whole parameter is already fast: a
-    parameter is one block there.
+    each temporary is a fresh 4 MiB that the allocator maps from the system and the
+    kernel zero-fills page by page on first touch, and each of the update's passes
+    streams the whole weight through the caches. On a block the temporaries are small,
+    the allocator hands the same memory back block after block, and the passes find
+    their data in cache. What blocks cannot remove is the cost of the text itself, one
+    pass per operation; going further takes a fused element-wise kernel (one pass per
+    block), not a second copy of the update. On a GPU (cupy) one kernel per pass over
+    the whole parameter is already fast: a parameter is one block there.
     """
     data = param.data
     arrays = [a[None] for a in (data, grad, *state)] if data.ndim == 0 else [data, grad, *state]
