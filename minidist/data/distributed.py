@@ -43,16 +43,18 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from minidist.util import epoch_order
+from minidist.data.batching import BatchSampler
 
 
-class DistributedSampler:
+class DistributedSampler(BatchSampler):
     """Rank ``rank``'s batches of a dataset of ``num_samples``, shared by ``num_replicas`` ranks.
 
     A sampler for :class:`~minidist.data.DataLoader` (``DataLoader(dataset,
     sampler=DistributedSampler(len(dataset), c.size, c.rank, batch_size=b))``):
     iterating yields index arrays of at most ``batch_size`` indices;
     ``len()`` is the number of batches per epoch, the same on every rank.
+    A :class:`BatchSampler` that keeps every P-th index of the epoch's order, so
+    ``set_epoch`` must be given the same epoch on every rank.
     """
 
     def __init__(self, num_samples: int, num_replicas: int, rank: int, shuffle: bool = True,
@@ -61,18 +63,9 @@ class DistributedSampler:
             raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in 0..{num_replicas - 1}, got {rank}")
-        if num_samples < 0:
-            raise ValueError(f"num_samples must be >= 0, got {num_samples}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        self.num_samples = num_samples
+        super().__init__(num_samples, batch_size, shuffle, seed, drop_last)
         self.num_replicas = num_replicas
         self.rank = rank
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
-        self.batch_size = batch_size
-        self.epoch = 0
 
     @property
     def shard_size(self) -> int:
@@ -81,14 +74,10 @@ class DistributedSampler:
             return self.num_samples // self.num_replicas
         return -(-self.num_samples // self.num_replicas)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` in the next pass (the same ``epoch`` on every rank)."""
-        self.epoch = epoch
-
     def order(self) -> np.ndarray:
         """The whole epoch's order, common to all ranks, padded or cut to a multiple of P."""
         n, total = self.num_samples, self.shard_size * self.num_replicas
-        order = epoch_order(n, self.seed, self.epoch, self.shuffle)
+        order = super().order()  # every rank draws the same
         if total <= n:
             return order[:total]  # drop_last: the tail is skipped this epoch
         return np.resize(order, total)  # pad by wrapping around to the start
