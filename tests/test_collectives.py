@@ -1,4 +1,6 @@
-"""The collectives against numpy on the in-process transport: world sizes 1-8, awkward shapes."""
+"""The collectives against numpy on the in-process transport: world sizes 1-8, awkward shapes,
+every dtype and op of the registry (``comm/ops.py``); their traffic as their docstrings state it;
+the same error on every rank for a bad call."""
 
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ from minidist.comm import (
     reduce_scatter,
     scatter,
 )
+from minidist.comm.ops import DTYPES, UFUNCS
 
-DTYPES = [np.float32, np.float64, np.int32, np.int64]
-OPS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+OPS = {op: ufunc.reduce for op, ufunc in UFUNCS.items()}  # every op, as numpy computes it
 
 
 def rank_data(rank: int, shape: tuple, dtype: type) -> np.ndarray:
@@ -29,7 +31,7 @@ def rank_data(rank: int, shape: tuple, dtype: type) -> np.ndarray:
 
 
 def shapes(p: int) -> list[tuple]:
-    return [(0,), (1,), (max(p - 1, 1),), (p + 1,), (37,), (3, 5)]
+    return [(), (0,), (1,), (max(p - 1, 1),), (p + 1,), (37,), (3, 5)]
 
 
 @pytest.mark.timeout(120)
@@ -94,28 +96,45 @@ def test_dissemination_barrier_waits_for_the_slowest(p: int) -> None:
     assert all(clock >= p - 1 for clock in clocks)
 
 
-@pytest.mark.parametrize("p", [1, 2, 3, 4, 7, 8])
-def test_broadcast_rounds(p: int) -> None:
-    """Binomial: ceil(log2 P) message times on the critical path; linear: P-1."""
-    network = NetworkModel(alpha=1.0, beta=0.0, gamma=0.0)
-    for algorithm, expected in (("binomial", (p - 1).bit_length()), ("linear", p - 1)):
-        cluster = LocalCluster(p, network=network)
-        cluster.run(lambda c, a=algorithm: broadcast(np.ones(3), c, 0, a, check=False))
-        assert max(s.rounds for s in cluster.stats) == expected
-        assert sum(s.bytes_recv for s in cluster.stats) == (p - 1) * 24
+def traffic(p: int, call) -> tuple[list[int], list[int], int]:
+    """Each rank's bytes sent and received, and the rounds of ``call(c)`` on P ranks."""
+    cluster = LocalCluster(p, network=NetworkModel(alpha=1.0, beta=0.0, gamma=0.0))
+    cluster.run(call)
+    stats = cluster.stats
+    return ([s.bytes_sent for s in stats], [s.bytes_recv for s in stats],
+            max(s.rounds for s in stats))
 
 
-@pytest.mark.parametrize("p", [2, 3, 6])
-def test_ring_collectives_traffic(p: int) -> None:
-    """allgather sends (P-1)N per rank; reduce_scatter (P-1)/P·N, both in P-1 rounds."""
-    n = 12 * p
-    for call, per_rank in ((lambda c: allgather(np.ones(n), c, check=False), (p - 1) * n * 8),
-                           (lambda c: reduce_scatter(np.ones(n), c, check=False),
-                            (p - 1) * n // p * 8)):
-        cluster = LocalCluster(p, network=NetworkModel(1.0, 0.0, 0.0))
-        cluster.run(call)
-        assert [s.bytes_sent for s in cluster.stats] == [per_rank] * p
-        assert max(s.rounds for s in cluster.stats) == p - 1
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
+def test_traffic_is_the_cost_in_the_docstrings(p: int) -> None:
+    """Bytes per rank and rounds, as each function's docstring states them (N = one rank's
+    array of n float64; a row of scatter's and alltoall's (P, n) input is N bytes too)."""
+    n, root, log = 4 * p, p // 2, (p - 1).bit_length()
+    x, rows, big_n = np.ones(n), np.ones((p, n)), 8 * n
+    root_only = [big_n * (r == root) for r in range(p)]  # N at the root, 0 elsewhere
+    but_root = [big_n * (r != root) for r in range(p)]
+    everyone = [(p - 1) * big_n] * p
+    cases = {  # name: (call, bytes sent per rank (None: not stated), received, rounds)
+        "linear broadcast": (lambda c: broadcast(x, c, root, "linear", check=False),
+                             [(p - 1) * b for b in root_only], but_root, p - 1),
+        "binomial broadcast": (lambda c: broadcast(x, c, root, check=False), None, but_root,
+                               log),
+        "reduce": (lambda c: reduce(x, c, root, check=False), but_root, None, log),
+        "gather": (lambda c: gather(x, c, root, check=False), but_root,
+                   [(p - 1) * b for b in root_only], p - 1),
+        "scatter": (lambda c: scatter(rows, c, root, check=False),
+                    [(p - 1) * b for b in root_only], but_root, p - 1),
+        "allgather": (lambda c: allgather(x, c, check=False), everyone, everyone, p - 1),
+        "reduce_scatter": (lambda c: reduce_scatter(x, c, check=False),
+                           [b // p for b in everyone], [b // p for b in everyone], p - 1),
+        "alltoall": (lambda c: alltoall(rows, c, check=False), everyone, everyone, p - 1),
+    }
+    for name, (call, sent, received, rounds) in cases.items():
+        got_sent, got_received, got_rounds = traffic(p, call)
+        assert sent is None or got_sent == sent, name
+        assert received is None or got_received == received, name
+        assert sum(got_sent) == sum(got_received) and got_rounds == rounds, name
+    assert traffic(p, barrier) == ([0] * p, [0] * p, log)
 
 
 def _messages(p: int, call) -> list[str]:
@@ -134,6 +153,7 @@ def test_mismatches_raise_on_every_rank(p: int) -> None:
     last = p - 1
     calls = {
         "root": lambda c: broadcast(np.ones(4), c, root=c.rank == last),
+        "schedule": lambda c: broadcast(np.ones(4), c, 0, "linear" if c.rank else "binomial"),
         "length": lambda c: reduce(np.ones(4 + (c.rank == last)), c),
         "dtype": lambda c: allgather(np.ones(4, np.int32 if c.rank == last else np.int64), c),
         "op": lambda c: reduce_scatter(np.ones(4), c, "min" if c.rank == last else "max"),
@@ -142,8 +162,56 @@ def test_mismatches_raise_on_every_rank(p: int) -> None:
     for what, call in calls.items():
         messages = _messages(p, call)
         assert all(what in m for m in messages), (what, messages)
-    messages = _messages(p, lambda c: scatter(np.ones((p + 1, 2)), c))
-    assert all("first axis" in m for m in messages)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("check", [True, False])
+def test_bad_calls_raise_the_same_error_on_every_rank(check: bool) -> None:
+    p = 3
+    calls = {
+        "root 3 is not a rank": lambda c: gather(np.ones(2), c, root=3, check=check),
+        "unknown algorithm 'ring'": lambda c: broadcast(np.ones(2), c, 0, "ring", check=check),
+        "dtype complex128 is not supported": lambda c: allgather(np.ones(2, complex), c,
+                                                                 check=check),
+        "op 'mean' is not supported": lambda c: reduce(np.ones(2), c, 0, "mean", check=check),
+        "first axis of length P = 3": lambda c: scatter(np.ones((4, 2)), c, check=check),
+    }
+    for words, call in calls.items():
+        messages = _messages(p, call)
+        assert len(set(messages)) == 1 and words in messages[0], (words, messages)
+
+
+def test_the_collectives_own_messages_never_meet_the_users() -> None:
+    """A user's receive on tag 0, posted before a collective that also sends on tag 0 (on
+    ``c.private()``), gets the user's message."""
+    def body(c):
+        mine = np.zeros(3)
+        pending = c.irecv(mine, 0) if c.rank == 1 else None
+        result = broadcast(np.full(3, 7.0), c, check=False)
+        if c.rank == 0:
+            c.send(np.full(3, 1.0), 1)
+        else:
+            pending.wait()
+        return mine, result
+
+    _, (mine, result) = LocalCluster(2).run(body)
+    assert np.array_equal(mine, np.ones(3)) and np.array_equal(result, np.full(3, 7.0))
+
+
+def test_inputs_that_are_not_contiguous_or_not_arrays() -> None:
+    def body(c):
+        wide = np.arange(12.0).reshape(3, 4) + c.rank
+        return (allgather(wide[:, ::2], c), reduce_scatter(wide.T, c),
+                broadcast([1.0, 2.0], c), wide)
+
+    results = LocalCluster(2).run(body)
+    for rank, (gathered, chunk, listed, wide) in enumerate(results):
+        assert np.array_equal(gathered, np.stack([np.arange(12.0).reshape(3, 4)[:, ::2] + r
+                                                  for r in range(2)]))
+        total = (2 * np.arange(12.0).reshape(3, 4) + 1).T.reshape(-1)
+        lo, hi = chunk_bounds(12, 2)[rank]
+        assert np.array_equal(chunk, total[lo:hi]) and np.array_equal(listed, [1.0, 2.0])
+        assert np.array_equal(wide, np.arange(12.0).reshape(3, 4) + rank)  # unchanged
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 8, 13])

@@ -1,8 +1,4 @@
-"""Collectives built from point-to-point messages: who ends up with what (Lab 2).
-
-broadcast (linear, or a binomial tree), reduce (binomial tree), gather and
-scatter (linear), allgather and reduce_scatter (ring: rank k keeps chunk k),
-alltoall (pairwise exchange) and barrier (dissemination).
+"""Broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall, barrier (Lab 2).
 
 Each is written first as the lesson, with ``send``/``recv`` on the default
 tag as Lab 2 teaches it: ``broadcast_linear``, ``broadcast_binomial`` and
@@ -14,7 +10,7 @@ doubles the ranks that hold the data each round, ``ceil(log2 P)`` rounds; a
 *ring* moves ``(P-1)/P·N`` per rank in P-1 rounds of fan-in 1.
 
 The public functions at the end (``comm.broadcast`` and the others) add
-what a library needs beneath the lessons, each explained where it lives:
+beneath the lessons what a library needs, each explained where it lives:
 
 1. the agreement check (``agreement.py``): the ranks first agree on length,
    dtype, op, root and schedule, so a mismatch raises the same error on
@@ -241,6 +237,12 @@ def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
     return arr
 
 
+def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
+    """``arr``, with an axis of 1 added when its rows would be numbers (a 0-d array, rows
+    axis 0; a 1-D one, rows axis 1): a message is an array, never a bare number."""
+    return arr.reshape(*arr.shape, 1) if arr.ndim == rows_axis else arr
+
+
 def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
               *, check: bool = True) -> np.ndarray:
     """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
@@ -268,20 +270,21 @@ def gather(arr: np.ndarray, c: Communicator, root: int = 0,
     """On the root, every rank's ``arr`` stacked, shape ``(P, *arr.shape)``; None elsewhere
     (:func:`gather_linear`)."""
     arr = agreed(c, "gather", arr, None, check, root)
-    return gather_linear(arr, c.private(), root)
+    out = gather_linear(with_array_rows(arr, 0), c.private(), root)
+    return None if out is None else out.reshape(c.size, *arr.shape)
 
 
 def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
     """Row ``rank`` of the root's ``arr`` of shape ``(P, ...)`` (the other ranks pass the
     same shape) (:func:`scatter_linear`)."""
     arr = agreed(c, "scatter", arr, None, check, root, rows=True)
-    return scatter_linear(arr, c.private(), root)
+    return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
 def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
     arr = agreed(c, "allgather", arr, None, check)
-    return allgather_ring(arr, c.private())
+    return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
 def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
@@ -296,7 +299,7 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank
     i's row (:func:`alltoall_pairwise`)."""
     arr = agreed(c, "alltoall", arr, None, check, rows=True)
-    return alltoall_pairwise(arr, c.private())
+    return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 
 def barrier(c: Communicator) -> None:
