@@ -33,7 +33,7 @@ def ring_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarra
     right, left = (me + 1) % p, (me - 1) % p
     bounds = chunk_bounds(len(x), p)
     incoming = c.scratch(max(hi - lo for lo, hi in bounds), x.dtype)
-    # 1. reduce-scatter: send my partial chunk me - s, add the left's chunk me - s - 1
+    # 1. reduce-scatter: send my partial chunk me - s, reduce the left's me - s - 1 into mine
     for step in range(p - 1):
         s_lo, s_hi = bounds[(me - step) % p]
         r_lo, r_hi = bounds[(me - step - 1) % p]
