@@ -2,9 +2,10 @@
 library's.
 
 A lab's reference answer and the library function it blocks are the same code. Two
-functions are the same code when their syntax trees are, once the docstring and the type
-annotations are set aside (comments are not in the tree): the same name, arguments,
-defaults and statements.
+functions are the same code when their syntax trees are, once the docstring, the type
+annotations and the decorators (``@lab_answer``: the mark of an answer, not its code) are
+set aside (comments are not in the tree): the same name, arguments, defaults and
+statements.
 
     answer = answer_function(SOLUTIONS / "lab02_messages" / "lab02_messages.ipynb",
                              "broadcast_binomial")
@@ -43,14 +44,15 @@ def library_function(function: Callable[..., Any]) -> ast.FunctionDef:
 
 
 def bare(function: ast.FunctionDef | Callable[..., Any]) -> ast.FunctionDef:
-    """A copy of the function's tree without its docstring and its type annotations."""
+    """A copy of the function's tree without its docstring, type annotations and
+    decorators."""
     tree = copy.deepcopy(function if isinstance(function, ast.FunctionDef)
                          else library_function(function))
     first = tree.body[0]
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
             and isinstance(first.value.value, str):
         tree.body = tree.body[1:]
-    tree.returns = None
+    tree.returns, tree.decorator_list = None, []
     for node in ast.walk(tree):
         if isinstance(node, ast.arg):
             node.annotation = None

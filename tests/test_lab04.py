@@ -9,14 +9,9 @@ sentence that names the claim (Task 5's are in ``test_lab04_straggler.py``).
 
 from __future__ import annotations
 
-import ast
-import inspect
-import json
-import textwrap
-from pathlib import Path
-
 import numpy as np
 import pytest
+from notebook_source import SOLUTIONS, answer_function, code
 
 from minidist.comm import allreduce, broadcast, reduce
 from minidist.labkit import CheckFailed, task
@@ -35,8 +30,7 @@ from minidist.parallel import buckets
 from minidist.parallel.buckets import plan_buckets
 from minidist.parallel.ddp import DataParallel
 
-SOLUTION = (Path(__file__).parents[1] / "solutions" / "lab04_data_parallel"
-            / "lab04_data_parallel.ipynb")
+SOLUTION = SOLUTIONS / "lab04_data_parallel" / "lab04_data_parallel.ipynb"
 SHAPES = [(4, 3), (3,), (3, 5), (5,), (40,), (2, 2)]
 MIXED = ["float32", "float32", "float64", "float64", "float32", "float64"]
 
@@ -63,29 +57,8 @@ def ddp_train(c, model, x, y, batch_per_rank, steps, lr, average) -> None:
         optimizer.step()
 
 
-def solution_function(name: str) -> ast.FunctionDef:
-    """The solution notebook's function ``name``, parsed, without its docstring."""
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return without_docstring(next(node for node in ast.parse(source).body
-                                  if isinstance(node, ast.FunctionDef) and node.name == name))
-
-
-def without_docstring(function: ast.FunctionDef) -> ast.FunctionDef:
-    if isinstance(function.body[0], ast.Expr) and isinstance(function.body[0].value, ast.Constant):
-        function.body = function.body[1:]
-    return function
-
-
 def test_the_library_planner_is_the_solution_line_for_line():
-    source = textwrap.dedent(inspect.getsource(buckets.plan_buckets))
-    library = without_docstring(ast.parse(source).body[0])
-    library.decorator_list = []  # @lab_answer: the mark of a lab's answer, not its code
-    for node in ast.walk(library):  # and type annotations are the library's only additions
-        for field in ("annotation", "returns"):
-            if getattr(node, field, None) is not None:
-                setattr(node, field, None)
-    assert ast.dump(library) == ast.dump(solution_function("plan_buckets"))
+    assert code(answer_function(SOLUTION, "plan_buckets")) == code(buckets.plan_buckets)
 
 
 @pytest.mark.timeout(60)
