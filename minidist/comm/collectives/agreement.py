@@ -121,8 +121,8 @@ class Packets:
 
     One packet is reduced into, the other receives the partner's; the
     header of each is also seen as int64 and its data slot as each dtype,
-    views made once here rather than on every call (a numpy view costs
-    ~0.3 µs, as much as adding two short vectors).
+    views made once here rather than on every call (making a numpy view
+    costs about as much as adding two short vectors).
     """
 
     def __init__(self) -> None:
@@ -209,8 +209,9 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, names
     first, second = packets.buffers
     if c.size == 2:
         # two ranks: the doubling is one exchange, written out here because on the
-        # shortest calls the general function's Python (~1 µs) is a third of the time;
-        # each rank sees the other's header whole, so equal headers mean agreement
+        # shortest calls the Python of the general function and its PacketView is a
+        # good part of the time; each rank sees the other's header whole, so equal
+        # headers mean agreement
         peer = 1 - c.rank
         # communication: my packet out, the other rank's in
         c.sendrecv(first, peer, second, peer, TAG, TAG)

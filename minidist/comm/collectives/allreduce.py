@@ -141,7 +141,7 @@ def _result_buffer(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype \
             or not out.flags.c_contiguous:
         raise ValueError(f"allreduce: out must be C-contiguous {arr.dtype} of shape {arr.shape}")
-    # two arrays that own their memory cannot overlap (np.may_share_memory costs ~0.5 µs)
+    # two arrays that own their memory cannot overlap (np.may_share_memory is not free)
     if out is not arr and (out.base is not None or arr.base is not None) \
             and np.may_share_memory(out, arr):
         raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")

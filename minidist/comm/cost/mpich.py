@@ -21,16 +21,15 @@ MPICH's tuning does.
 
 Three prices lie outside the α-β-γ model of the library's algorithms:
 
-- MPICH's reduction loop (``MPI_Reduce_local``) is not numpy's ``np.add``:
-  about 2x slower for long float32 vectors here;
+- MPICH's reduction loop (``MPI_Reduce_local``) is not numpy's ``np.add``,
+  and slower for long vectors;
 - the copy of step 1 (``comm.allreduce`` makes the same copy into ``out``
   before its in-place algorithms; the benchmark prices both alike);
 - the temporary buffer, allocated at every call. From 32 MiB up (glibc's
   largest ``mmap`` threshold) it comes fresh from the kernel, and every
-  page it receives into faults on first touch: the fit prices a fault at
-  0.5 ns per byte here, 17 ms for the 32 MiB that an Allreduce of 64 MiB
-  at P = 2 receives there (it takes 37-41 ms in all). (The library keeps
-  its buffers instead, ``Communicator.scratch``.)
+  page it receives into faults on first touch, a large share of a long
+  Allreduce's time (README, Benchmarks). (The library keeps its buffers
+  instead, ``Communicator.scratch``.)
 
 ``python -m minidist.bench.fit`` measures all three (``mpi_reduce_s`` and
 ``copy_s`` at every size, ``page_fault_s_per_byte``, in the saved fit);

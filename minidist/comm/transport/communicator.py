@@ -93,12 +93,17 @@ class Communicator(ABC):
                 incoming_first: bool = False) -> None:
         """``acc = op(acc, incoming)`` in place: the local reduction step of a collective.
 
+        In place, so that no step allocates a new array. Transports that
+        model time charge gamma per byte reduced here (and only here). The
+        collective has already checked ``op`` and the dtype (once, not at
+        every step): this is one ufunc call.
+
         ``incoming_first=True`` computes ``op(incoming, acc)`` instead: the
-        same number unless the order matters, as for ``max(+0.0, -0.0)``,
-        so that every rank can put the same operand first. The collective
-        has already checked ``op`` and the dtype (once, not at every step):
-        this is one ufunc call. Transports that model time charge gamma per
-        byte reduced here.
+        same number unless the operand order matters, as for
+        ``max(+0.0, -0.0)`` or NaN payloads. An element reduced by one rank
+        and then copied needs no rule; where two ranks reduce the same two
+        vectors (recursive doubling's partners), both put the lower rank's
+        first, so that they get the same bits.
         """
         reduce_into(op, acc, incoming, incoming_first)
 
@@ -117,13 +122,13 @@ class Communicator(ABC):
         return found
 
     def scratch(self, n: int, dtype: np.dtype) -> np.ndarray:
-        """``n`` items of ``dtype`` for a collective's temporary use (receiving, mostly).
+        """A receive buffer the communicator keeps for you: ``n`` items of ``dtype``.
 
         Long ones come from one buffer that this communicator keeps and
         grows to the largest request: a fresh array of many MiB costs a page
-        fault per page on first touch, on every call (16 MiB took 5 ms
-        instead of 1 ms on the course machine). One collective at a time
-        may hold it; the next call gets the same memory.
+        fault per page on first touch, on every call, several times the
+        cost of reusing warm memory (README, Benchmarks). One collective at
+        a time may hold it; the next call gets the same memory.
         """
         nbytes = n * np.dtype(dtype).itemsize
         if nbytes < SCRATCH_KEPT_FROM:  # numpy's own cache serves short arrays fast
