@@ -133,17 +133,11 @@ def test_wrong_broadcasts_fail_on_the_claim_they_break(answer, schedule, message
 
 # --- Task 4 -------------------------------------------------------------------------------
 def reduce_into_arr(arr, c, root=0, op="sum"):
-    """Adds the children's partial sums into the caller's own array."""
-    p, me, incoming, distance = c.size, (c.rank - root) % c.size, np.empty_like(arr), 1
-    while distance < p:
-        if me & distance:
-            c.send(arr, (c.rank - distance) % p)
-            return None
-        if me + distance < p:
-            c.recv(incoming, (c.rank + distance) % p)
-            c.combine(op, arr, incoming)
-        distance *= 2
-    return arr.copy()
+    """The right result, written over the root's own array too."""
+    total = basic.reduce_binomial(arr, c, root, op)
+    if total is not None:
+        arr[...] = total
+    return total
 
 
 def reduce_down_the_broadcast_tree(arr, c, root=0, op="sum"):

@@ -87,6 +87,20 @@ def expect_schedule(what: str, calls: list[list[tuple[str, int]]], root: int, up
                f"should post {said(wanted)}")
 
 
+def run_rooted(answer: Callable[..., Any], world_size: int, n: int, dtype: str, seed: int,
+               block: tuple[str, ...], what: str, *args: Any) -> tuple:
+    """``answer(arr, c, *args)`` on each rank, ``arr`` its own input, ``c`` logged
+    (:class:`MessageLog`): the inputs as drawn, each rank's ``arr`` afterwards, the
+    results, the counters and each rank's calls."""
+    data = rank_inputs(world_size, n, dtype, seed)
+    inputs = [row.copy() for row in data]
+    calls: list[list[tuple[str, int]]] = [[] for _ in range(world_size)]
+    results, stats = run_ranks(
+        lambda c: answer(inputs[c.rank], MessageLog(c, calls[c.rank]), *args), world_size,
+        what, block)
+    return data, inputs, results, stats, calls
+
+
 # --- Task 1: a ring exchange that cannot deadlock ------------------------------------------
 def check_ring_shift(ring_shift: Callable[[np.ndarray, Any], np.ndarray], world_size: int,
                      n: int, dtype: str = "float64", seed: int = 0,
@@ -121,12 +135,8 @@ def check_broadcast(broadcast: Callable[[np.ndarray, Any, int], np.ndarray], wor
     """
     __tracebackhide__ = True
     what = f"{schedule} broadcast, P = {world_size}, root {root}, {n} x {dtype}"
-    data = rank_inputs(world_size, n, dtype, seed)
-    inputs = [row.copy() for row in data]
-    calls: list[list[tuple[str, int]]] = [[] for _ in range(world_size)]
-    results, stats = run_ranks(
-        lambda c: broadcast(inputs[c.rank], MessageLog(c, calls[c.rank]), root), world_size,
-        what, block)
+    data, inputs, results, stats, calls = run_rooted(broadcast, world_size, n, dtype, seed,
+                                                     block, what, root)
     for rank, got in enumerate(results):
         expect_close(f"{what}: rank {rank}'s result", got, data[root], rtol=0, atol=0)
     expect_new_arrays(what, results, inputs, data)
@@ -156,12 +166,8 @@ def check_reduce(reduce: Callable[[np.ndarray, Any, int, str], np.ndarray | None
     each non-root rank sends one message of N bytes; ceil(log2 P) rounds, the text's tree."""
     __tracebackhide__ = True
     what = f"binomial reduce, op {op!r}, P = {world_size}, root {root}, {n} x {dtype}"
-    data = rank_inputs(world_size, n, dtype, seed)
-    inputs = [row.copy() for row in data]
-    calls: list[list[tuple[str, int]]] = [[] for _ in range(world_size)]
-    results, stats = run_ranks(
-        lambda c: reduce(inputs[c.rank], MessageLog(c, calls[c.rank]), root, op), world_size,
-        what, block)
+    data, inputs, results, stats, calls = run_rooted(reduce, world_size, n, dtype, seed,
+                                                     block, what, root, op)
     tolerance = {"float32": 1e-5, "float64": 1e-12}.get(dtype, 0.0)
     expect_close(f"{what}: the root's result", results[root],
                  UFUNCS[op].reduce(data, axis=0).astype(dtype), rtol=tolerance, atol=tolerance)
