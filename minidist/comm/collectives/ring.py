@@ -3,7 +3,10 @@
 Cut the vector into P chunks (``chunk_bounds``) and arrange the ranks in a
 ring, each sending only to its right neighbour and receiving only from its
 left. Each chunk travels round the ring twice: first collecting one
-contribution per hop, then copied to everyone.
+contribution per hop, then copied to everyone. ``comm.allreduce(...,
+algorithm="ring")`` runs this function (``allreduce.py``); what makes it fast
+is beneath it: ``c.scratch`` (a receive buffer the communicator keeps) and
+``c.combine`` (reduction in place).
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ def ring_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarra
     each way), fan-in 1; time ``2(P-1)(alpha + beta N/P) + (P-1)/P·N gamma``.
 
     1. reduce-scatter, P-1 steps: in step s rank r sends chunk r-s (its
-       partial result) to the right and adds chunk r-s-1, arriving from the
-       left, into its own; afterwards rank r holds chunk r+1 fully reduced.
+       partial result) to the right and reduces chunk r-s-1, arriving from
+       the left, into its own; afterwards rank r holds chunk r+1 fully reduced.
     2. allgather, P-1 steps: in step s rank r sends chunk r+1-s and receives
        chunk r-s, copied into place.
 
     Every chunk is sent, even an empty one (n < P). Same bits everywhere:
-    each element is reduced once, by one chain of additions, then copied.
+    each element is reduced once, by one chain of reductions, then copied.
     """
     p, me = c.size, c.rank
     right, left = (me + 1) % p, (me - 1) % p

@@ -44,7 +44,7 @@ def tree_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarra
     parent = (me - 1) // 2
     children = [k for k in (2 * me + 1, 2 * me + 2) if k < c.size]
     incoming = c.scratch(len(x), x.dtype)
-    # 1. reduce up: add my children's partial results, pass mine to my parent
+    # 1. reduce up: my children's partial results into mine, then mine to my parent
     for child in children:
         # communication: the partial result of the child's subtree
         c.recv(incoming, child)
@@ -52,11 +52,11 @@ def tree_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarra
     if me > 0:
         # communication: my subtree's partial result, up
         c.send(x, parent)
-        # 2. broadcast down: the result from my parent ...
-        # communication: the final result, down
+        # 2. broadcast down (the root holds the result already)
+        # communication: the final result, from my parent
         c.recv(x, parent)
     for child in children:
-        # communication: ... and on to my children
+        # communication: the final result, on to my children
         c.send(x, child)
     return x
 
