@@ -73,8 +73,8 @@ def _function_of(obj: Any, target: str) -> FunctionType:
 
 def _functions(target: str) -> list[tuple[str, FunctionType]]:
     """``(name, function)`` for a dotted path, or for each answer to a task id."""
-    if ANSWER_ID.fullmatch(target):
-        return [(dotted_name(f), _function_of(f, dotted_name(f))) for f in answers_to(target)]
+    if ANSWER_ID.fullmatch(target):  # lab_answer took only functions it can block
+        return [(dotted_name(f), f) for f in answers_to(target)]
     return [(target, _function_of(_resolve(target), target))]
 
 
