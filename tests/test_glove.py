@@ -220,9 +220,8 @@ def test_one_adagrad_rule_for_the_optimiser_and_the_rows():
 
 def test_old_module_paths_still_import():
     import minidist.models.glove as old_glove
-    from minidist.models.glove_eval import analogy_accuracy
-
     import minidist.parallel as parallel
+    from minidist.models.glove_eval import analogy_accuracy
     from minidist.parallel.hogwild import train_hogwild
 
     assert old_glove is glove and analogy_accuracy is glove.analogy_accuracy
