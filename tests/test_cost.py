@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from minidist.comm import ALGORITHMS, LocalCluster, NetworkModel, allreduce, cost
+from minidist.comm.collectives.agreement import SMALL_BYTES
 from minidist.comm.cost.mpich import FRESH_FROM, LocalPrices, load_local_prices, mpich_time
 
 NETWORK = NetworkModel(alpha=2e-6, beta=3e-10, gamma=7e-11)
@@ -136,11 +137,27 @@ def test_a_bandwidth_curve_prices_clock_and_model_alike(algorithm: str, p: int) 
 
 def test_a_tree_on_two_ranks_is_up_then_down() -> None:
     """One edge, crossed twice in turn (the lab's schedule, no exchange): with the check,
-    one more round for its packets, however short the vector."""
-    for n in (1, 32, 1000):
+    one more round for its packets. A vector of at most SMALL_BYTES rides in the check's
+    packets instead (agreement.py's small-message path): one exchange in all."""
+    for n in (1, 32, 33, 1000):
         measured = measure(2, lambda c, n=n: allreduce(np.ones(n), c, "sum", "tree"))
         assert_matches(measured, cost.predict("tree", 2, 8 * n, 8, NETWORK, check=True))
-        assert measured["rounds"] == 3 and measured["messages_sent"] == [2, 2]
+        rides = 8 * n <= SMALL_BYTES
+        assert measured["rounds"] == (1 if rides else 3)
+        assert measured["messages_sent"] == ([1, 1] if rides else [2, 2])
+        unchecked = measure(2, lambda c, n=n: allreduce(np.ones(n), c, "sum", "tree",
+                                                          check=False))
+        assert unchecked["rounds"] == 2 and unchecked["messages_sent"] == [1, 1]
+
+
+def test_only_the_latency_algorithms_ride_with_the_check() -> None:
+    """The bandwidth algorithms keep their own schedule however short the vector."""
+    for algorithm in ALGORITHMS:
+        if algorithm == "mpi":
+            continue
+        measured = measure(4, lambda c, a=algorithm: allreduce(np.ones(4), c, "sum", a))
+        rides = algorithm in ("recursive_doubling", "tree", "double_tree")
+        assert (measured["rounds"] == 2) == rides, algorithm  # the check alone: log2 4 rounds
 
 
 def test_mpich_model_is_rabenseifner_plus_a_copy() -> None:

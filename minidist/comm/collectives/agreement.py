@@ -25,11 +25,16 @@ tag (``Tag.AGREEMENT``, so the check never meets the messages of the
 collective it guards, nor the user's), its scratch is the second packet,
 and its ``combine`` reduces both parts of a packet.
 
-**The small-message path.** A recursive-doubling allreduce of at most
-``SMALL_BYTES`` rides in the data slot (:func:`checked_small_allreduce`):
-its schedule *is* the check's, so the check and the data travel in the
-same packets, one message per round instead of two, which matters when
-latency is all there is.
+**The small-message path.** A checked allreduce of at most ``SMALL_BYTES``
+by one of the latency algorithms (recursive doubling, the tree, the double
+tree) rides in the data slot (:func:`checked_small_allreduce`): the check
+is itself a recursive-doubling allreduce, so the data is reduced in the
+same packets, ``log2 P`` rounds in all instead of the check's and then the
+algorithm's. For recursive doubling this is its own schedule; the trees
+exist to take few rounds, and on a vector this short the check's rounds
+are already the fewest (each element is still reduced in one order,
+the same bits on every rank). The bandwidth algorithms (naive, ps, ring)
+never ride: what a student measures on them is their own schedule.
 
 Cost: one recursive-doubling allreduce of ``PACKET_BYTES`` bytes:
 ``log2 P`` rounds for a power of two, two more otherwise. ``check=False``
@@ -65,10 +70,13 @@ PACKET_BYTES = HEADER_BYTES + SMALL_BYTES
 TAG = Tag.AGREEMENT
 
 
+RIDING_ALGORITHMS = ("recursive_doubling", "tree", "double_tree")  # the latency algorithms
+
+
 def rides_with_check(algorithm: str, p: int, nbytes: int) -> bool:
-    """True when a checked allreduce's data travels inside the check's packets: a
-    recursive-doubling allreduce of at most ``SMALL_BYTES`` (the check's own schedule)."""
-    return algorithm == "recursive_doubling" and nbytes <= SMALL_BYTES and p > 1
+    """True when a checked allreduce's data travels inside the check's packets: one of
+    the latency algorithms on at most ``SMALL_BYTES`` (see the module docstring)."""
+    return algorithm in RIDING_ALGORITHMS and nbytes <= SMALL_BYTES and p > 1
 
 
 def dtype_code(dtype: np.dtype) -> int:

@@ -233,8 +233,8 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
 
     A recursive-doubling allreduce of one packet, ``PACKET_BYTES`` (the max of
     its header is not charged as reduction); when the data rides in the
-    packet (``agreement.rides_with_check``: a short recursive-doubling
-    allreduce), this is the whole cost.
+    packet (``agreement.rides_with_check``: a short allreduce by one of the
+    latency algorithms), this is the whole cost.
     """
     if p == 1:
         return _empty("check", p, PACKET_BYTES)
