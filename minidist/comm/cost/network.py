@@ -11,19 +11,16 @@ to the last digit.
 **Real machines have a bandwidth curve, not a bandwidth.** Between two
 ranks on one host, MPI moves a message by copying it through shared
 memory, so β is the speed of a memory copy, and that depends on where the
-bytes live. A vector that fits in a core's cache (L2: 2 MiB here) is
-copied and added at cache speed; a longer one streams from DRAM, slower,
-and two ranks copying at once share one memory bus. Bytes the CPU has just
-written (the gradient an allreduce is given, the partial sum it has just
-added) copy slower still than clean ones: they must first leave the
-writer's cache (1.7x for 256 KiB-1 MiB here). On the course's 2-core
-machine an exchange of just-written buffers ran at ~11 GB/s from 256 KiB
-to 16 MiB and 6.5 GB/s at 64 MiB, ``np.add`` (γ) at ~40 GB/s up to 512 KiB,
-~14.5 GB/s for 2-16 MiB and ~9 GB/s at 64 MiB. One β and γ fitted on long
-vectors overprice the medium ones by up to 1.7x (β) and 4x (γ); fitted on
-medium ones, they underprice long ones as badly. (Across hosts the network
-card is the bottleneck and one β is closer to the truth, though the same
-cache effects appear at each end.)
+bytes live. A vector that fits in a core's cache is copied and added at
+cache speed; a longer one streams from DRAM, slower, and two ranks copying
+at once share one memory bus. Bytes the CPU has just written (the gradient
+an allreduce is given, the partial sum it has just added) copy slower still
+than clean ones: they must first leave the writer's cache. So one β and γ
+fitted on long vectors overprice the medium ones, and fitted on medium
+ones they underprice long ones (the README's benchmark notes give the
+figures of the course's machine). Across hosts the network card is the
+bottleneck and one β is closer to the truth, though the same cache effects
+appear at each end.
 
 So the model may carry a ``curve``: points ``(nbytes, beta, gamma)``
 measured at several sizes (``python -m minidist.bench.fit`` measures them
@@ -43,16 +40,17 @@ their shape; only the price of a byte now depends on the size of the job.
 Where the numbers come from:
 
 1. a fit saved by ``python -m minidist.bench.fit`` (α there is the latency
-   of one exchange *through this library*, ~6 µs against MPI's own
-   ~1.7 µs: Python bookkeeping is part of every message it sends) at
+   of one exchange *through this library*, several times MPI's own: Python
+   bookkeeping is part of every message it sends) at
    :func:`network_model_path` (``$MINIDIST_NETWORK``, else
    ``~/.cache/minidist/network.json``), a JSON object with keys
    ``alpha``, ``beta``, ``gamma`` and optionally ``curve`` (other keys are
-   ignored);
-2. otherwise the defaults below, measured on the course's build machine:
-   MPI ping-pong between two ranks of one host (mpi4py buffer methods,
-   MPICH shared memory) took 1.5 µs one way for 8 bytes and reached
-   6.8 GB/s for 8 MiB; an in-place float64 ``np.add`` ran at ~20 GB/s.
+   ignored); ``LocalCluster`` and ``cost.predict`` use it only when given
+   ``load_network_model()``, so that a notebook's clocks read the same on
+   every machine;
+2. otherwise the defaults below: round figures of an MPI ping-pong between
+   two ranks of one host (mpi4py buffer methods, MPICH shared memory) and of
+   an in-place ``np.add``.
 """
 
 from __future__ import annotations
@@ -65,8 +63,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 DEFAULT_ALPHA = 1.5e-6  # seconds per message (one-way latency)
-DEFAULT_BETA = 1.5e-10  # seconds per byte (6.8 GB/s)
-DEFAULT_GAMMA = 5e-11  # seconds per byte reduced (20 GB/s)
+DEFAULT_BETA = 1.5e-10  # seconds per byte
+DEFAULT_GAMMA = 5e-11  # seconds per byte reduced
 
 CurvePoint = tuple[int, float, float]  # (message bytes, beta there, gamma there)
 
