@@ -2,13 +2,14 @@
 
 - ``agreement``: the header check every collective runs first (a mismatch is
   the same error on every rank, never a hang);
-- ``basic``: broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall;
+- ``basic``: broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall,
+  barrier, as the lessons (Lab 2); ``checked``: the library's, which run them;
 - ``allreduce``: the allreduce entry point and its algorithms, one file each:
   ``central`` (naive and parameter server), ``ring``, ``tree``, ``doubling``.
 """
 
 from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
-from minidist.comm.collectives.basic import (
+from minidist.comm.collectives.checked import (
     allgather,
     alltoall,
     barrier,

@@ -1,0 +1,128 @@
+"""The library's collectives: ``comm.broadcast``, ``reduce``, ``gather``, ``scatter``,
+``allgather``, ``reduce_scatter``, ``alltoall`` and ``barrier``.
+
+Each runs a lesson of ``basic.py`` (Lab 2's answers and the schedules
+written the same way), adding beneath it what a library needs, each
+explained where it lives:
+
+1. the agreement check (``agreement.py``): the ranks first agree on length,
+   dtype, op, root and schedule, so a mismatch raises the same error on
+   every rank instead of hanging (``check=False`` skips it);
+2. a communicator of their own, ``c.private()`` (``MPI_Comm_dup``): the
+   lesson's tag-0 messages never meet the user's;
+3. ``c.combine`` (in-place reduction) and ``c.scratch`` (kept buffers), in
+   ``transport/communicator.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minidist.comm.collectives.agreement import check_same_everywhere
+from minidist.comm.collectives.basic import (
+    allgather_ring,
+    alltoall_pairwise,
+    barrier_dissemination,
+    broadcast_binomial,
+    broadcast_linear,
+    gather_linear,
+    reduce_binomial,
+    reduce_scatter_ring,
+    scatter_linear,
+)
+from minidist.comm.transport.communicator import Communicator
+
+__all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
+           "alltoall", "barrier"]
+
+BROADCASTS = {"linear": broadcast_linear, "binomial": broadcast_binomial}
+
+
+def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
+           check: bool = True, root: int | None = None, rows: bool = False,
+           **fields: int) -> np.ndarray:
+    """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
+    agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
+    ``fields``. Any mismatch or bad value raises the same error on every rank."""
+    arr = np.require(arr, requirements="C")
+    if root is not None:
+        fields["root"] = root
+    if rows:
+        fields["leading"] = arr.shape[0] if arr.ndim else -1
+    check_same_everywhere(c, what, arr.dtype, op, check, length=arr.size, **fields)
+    if root is not None and not 0 <= root < c.size:
+        raise ValueError(f"{what}: root {root} is not a rank of a communicator of size {c.size}")
+    if rows and fields["leading"] != c.size:
+        raise ValueError(f"{what}: the array needs a first axis of length P = {c.size}, "
+                         f"got shape {arr.shape}")
+    return arr
+
+
+def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
+    """``arr``, with an axis of 1 added when its rows would be numbers (a 0-d array, rows
+    axis 0; a 1-D one, rows axis 1): a message is an array, never a bare number."""
+    return arr.reshape(*arr.shape, 1) if arr.ndim == rows_axis else arr
+
+
+def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
+              *, check: bool = True) -> np.ndarray:
+    """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
+
+    ``algorithm``: ``"binomial"`` (:func:`broadcast_binomial`, ceil(log2 P)
+    rounds) or ``"linear"`` (:func:`broadcast_linear`, P-1 rounds).
+    """
+    schedule = list(BROADCASTS).index(algorithm) + 1 if algorithm in BROADCASTS else 0
+    arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule)
+    if not schedule:
+        raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use one of "
+                         f"{list(BROADCASTS)}")
+    return BROADCASTS[algorithm](arr, c.private(), root)
+
+
+def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
+           *, check: bool = True) -> np.ndarray | None:
+    """Every rank's ``arr`` reduced on the root; None elsewhere (:func:`reduce_binomial`)."""
+    arr = agreed(c, "reduce", arr, op, check, root)
+    return reduce_binomial(arr, c.private(), root, op)
+
+
+def gather(arr: np.ndarray, c: Communicator, root: int = 0,
+           *, check: bool = True) -> np.ndarray | None:
+    """On the root, every rank's ``arr`` stacked, shape ``(P, *arr.shape)``; None elsewhere
+    (:func:`gather_linear`)."""
+    arr = agreed(c, "gather", arr, None, check, root)
+    out = gather_linear(with_array_rows(arr, 0), c.private(), root)
+    return None if out is None else out.reshape(c.size, *arr.shape)
+
+
+def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
+    """Row ``rank`` of the root's ``arr`` of shape ``(P, ...)`` (the other ranks pass the
+    same shape) (:func:`scatter_linear`)."""
+    arr = agreed(c, "scatter", arr, None, check, root, rows=True)
+    return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
+
+
+def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
+    """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
+    arr = agreed(c, "allgather", arr, None, check)
+    return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
+
+
+def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
+                   *, check: bool = True) -> np.ndarray:
+    """Chunk ``rank`` of the reduction of the flattened ``arr`` over all ranks; chunk k is
+    ``chunk_bounds(arr.size, P)[k]``, sizes differ by at most one (:func:`reduce_scatter_ring`)."""
+    arr = agreed(c, "reduce_scatter", arr, op, check)
+    return reduce_scatter_ring(arr.reshape(-1), c.private(), op)
+
+
+def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
+    """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank
+    i's row (:func:`alltoall_pairwise`)."""
+    arr = agreed(c, "alltoall", arr, None, check, rows=True)
+    return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
+
+
+def barrier(c: Communicator) -> None:
+    """Return only when every rank has called it (:func:`barrier_dissemination`)."""
+    barrier_dissemination(c.private())
