@@ -9,7 +9,6 @@ against a reference trajectory computed before the check.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -148,18 +147,15 @@ def accuracy(model: Any, dataset: Any) -> float:
 
 
 def check_training(train_fn: Callable[[Any], Any], train: Any, test: Any, what: str,
-                   limit_s: float = 20.0, at_least: float = 0.9) -> float:
-    """``train_fn(train)`` must return, within ``limit_s`` seconds, a model whose logits
-    on ``test`` have one row per image and one column per class and that classifies
-    at least ``at_least`` of it right. Returns that accuracy."""
+                   at_least: float = 0.9) -> float:
+    """``train_fn(train)`` must return a model whose logits on ``test`` have one row per
+    image and one column per class and that classifies at least ``at_least`` of it
+    right. Returns that accuracy. How long training may take is the grader's cell
+    timeout (course settings), not a clock read here: a check never grades wall time."""
     __tracebackhide__ = True
     from minidist.autograd import Tensor, no_grad
 
-    start = time.perf_counter()
     model = train_fn(train)
-    seconds = time.perf_counter() - start
-    expect(seconds <= limit_s, f"{what}: training took {seconds:.1f} s, the limit is "
-           f"{limit_s:g} s")
     expect(callable(model), f"{what}: the function returned {type(model).__name__}, not a "
            "model to call on a batch of images")
     with no_grad():
