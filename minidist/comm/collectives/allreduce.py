@@ -33,8 +33,9 @@ What a library needs around them lives here and beneath, each in one place:
    new array) once, and the algorithm reduces that in place;
 2. the agreement check (``agreement.py``): every rank first checks that all
    agree on length, dtype, op and algorithm, so a mismatch raises the same
-   error on every rank instead of hanging; a short recursive-doubling
-   allreduce rides inside the check's packets (the small-message path);
+   error on every rank instead of hanging; a short allreduce by one of the
+   latency algorithms (recursive doubling, tree, double tree) rides inside
+   the check's packets (the small-message path);
 3. a private context: the algorithms run on ``c.private()``, a duplicate of
    ``c`` (``MPI_Comm_dup``), so they send with the default tag and never
    meet the user's messages;
