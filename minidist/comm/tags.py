@@ -20,3 +20,6 @@ class Tag(IntEnum):
     USER = 0  # the default: user code, the labs, and the collectives on their c.private()
     AGREEMENT = 31  # the agreement check's packets (collectives/agreement.py)
     GLOVE_GATHER = 81  # a sharded GloVe table gathered on rank 0
+    PS_REQUEST = 91  # a parameter-server request's header, worker -> server (parallel/ps)
+    PS_PAYLOAD = 92  # its keys and values, worker -> server
+    PS_REPLY = 93  # a server's answer: a push's acknowledgement, a pull's rows

@@ -9,7 +9,7 @@ receive fills the array it is given (no pickling on a hot path).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -58,6 +58,16 @@ class Communicator(ABC):
     @abstractmethod
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         """Non-blocking receive into ``buf``."""
+
+    @abstractmethod
+    def wait_any(self, requests: Sequence[Request]) -> int:
+        """Block until one of ``requests`` completes; complete it and return its index
+        (``MPI_Waitany``). A server that answers whichever client speaks first posts one
+        receive per client and waits on all of them at once.
+
+        The index may also be that of a request that can never complete (its peer
+        failed or finished: the in-process transport knows); call its ``wait()``
+        next, which returns at once for a completed one and raises for that one."""
 
     @abstractmethod
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,

@@ -63,6 +63,7 @@ communication call after its first ``fail_after``; its peers get an error.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -154,6 +155,39 @@ class LocalCommunicator(Communicator):
         self.irecv(buf, source, tag).wait()
         return buf
 
+    def wait_any(self, requests: Sequence[Request]) -> int:
+        if not requests:
+            raise ValueError(f"rank {self.rank}: wait_any needs at least one request")
+        waits = [r.wait_for for r in requests]
+        ended = self.fabric.ended
+
+        def first_ready() -> int | None:  # a request that completes, or whose peer ended
+            return next((i for i, w in enumerate(waits)
+                         if w.done() or any(world in ended for _, world in w.peers())), None)
+
+        def peers() -> list[tuple[int, int]]:
+            return [peer for w in waits for peer in w.peers()]
+
+        what = "wait_any of " + ", ".join(w.what for w in waits)
+        self.fabric.block_until(self.state.world_rank,
+                                Wait(self.rank, what, lambda: first_ready() is not None, peers))
+        index = first_ready()
+        if waits[index].done():
+            requests[index].wait()  # completes it (a hopeless one raises at the caller's wait)
+        return index
+
+    def arrival(self, request: Request) -> float:
+        """Block until the message of the receive ``request`` has arrived, without
+        completing it: this rank's modelled clock does not move. Returns when the
+        message was sent, on the modelled clock. A server that simulates a network
+        uses it to answer requests in the order they were sent, not the order its
+        threads happened to run."""
+        if not isinstance(request, _RecvRequest):
+            raise TypeError(f"rank {self.rank}: arrival() takes a receive request, "
+                            f"got {type(request).__name__}")
+        self.fabric.block_until(self.state.world_rank, request.wait_for)
+        return request.posted.message.start
+
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
         receiving = self.irecv(recvbuf, source, recvtag)
@@ -239,7 +273,8 @@ class _SendRequest(Request):
                  ends: tuple[float, float]) -> None:
         self.comm, self.message, self.ends = comm, message, ends
         self.wait_for = Wait(comm.rank, f"send to rank {dest} tag {tag}",
-                             lambda: message.matched, lambda: [(dest, comm.members[dest])])
+                             lambda: message.matched or not message.rendezvous,
+                             lambda: [(dest, comm.members[dest])])
 
     def test(self) -> bool:
         if self.message.rendezvous and not self.message.matched:

@@ -21,6 +21,8 @@ depends on the host: the same code runs on one laptop or across a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from mpi4py import MPI
 
@@ -56,6 +58,11 @@ class MPICommunicator(Communicator):
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         self._count_recv(buf)
         return MPIRequest(self.mpi_comm.Irecv(buf, source, tag))
+
+    def wait_any(self, requests: Sequence[Request]) -> int:
+        if not requests:
+            raise ValueError("wait_any needs at least one request")
+        return int(MPI.Request.Waitany([r.request for r in requests]))
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:

@@ -1,0 +1,66 @@
+"""Saving a server's shard so that a killed run can resume, atomically.
+
+A checkpoint is taken at a clock every running worker has reached (they all
+ask for it; ``server.py`` saves once the last has). Each server writes its
+own file, ``{path}/shard-{server}.npz``: the values, the optimiser's state,
+the version and the clock. Atomically: written to a temporary file in the
+same directory, flushed to the disk (``fsync``), then renamed over the old
+one (a rename within one file system is atomic), so a crash leaves either
+the old checkpoint or the new one, never half of one.
+
+Workers need nothing saved: their state at a clock is the clock (the data
+they read at iteration t depends only on the seed and t).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from minidist.parallel.ps.rules import ShardState
+
+
+def shard_file(path: str | os.PathLike, server: int) -> Path:
+    return Path(path) / f"shard-{server}.npz"
+
+
+def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: int,
+               key_range: tuple[int, int]) -> Path:
+    """Write ``shard`` at ``clock`` to ``{path}/shard-{server}.npz``, atomically."""
+    target = shard_file(path, server)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"values": shard.values, "version": np.int64(shard.version),
+              "clock": np.int64(clock), "key_range": np.array(key_range, np.int64)}
+    if shard.sums is not None:
+        arrays["sums"] = shard.sums
+    if shard.moments is not None:
+        arrays.update(steps=shard.moments[0], first=shard.moments[1], second=shard.moments[2])
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as file:
+        np.savez(file, **arrays)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, target)
+    return target
+
+
+def load_shard(path: str | os.PathLike, server: int, shard: ShardState,
+               key_range: tuple[int, int]) -> int:
+    """Fill ``shard`` from its checkpoint; return the clock it was taken at."""
+    target = shard_file(path, server)
+    if not target.exists():
+        raise FileNotFoundError(f"no checkpoint for server {server}: {target} does not exist")
+    with np.load(target) as saved:
+        if tuple(saved["key_range"]) != tuple(key_range):
+            raise ValueError(f"{target} holds keys {tuple(saved['key_range'])}, but server "
+                             f"{server} now holds {key_range}: same layout and server count?")
+        shard.values[...] = saved["values"]
+        shard.version = int(saved["version"])
+        if shard.sums is not None:
+            shard.sums[...] = saved["sums"]
+        if shard.moments is not None:
+            for array, name in zip(shard.moments, ("steps", "first", "second"), strict=True):
+                array[...] = saved[name]
+        return int(saved["clock"])

@@ -1,0 +1,120 @@
+"""Consistency models: when may a server answer a worker's read? (Lecture 5)
+
+Each worker counts its **clock**: the iterations it has finished (it tells
+every server with a CLOCK request at the end of each one). A worker at
+clock c reads the parameters for its iteration c. Which updates must that
+read include?
+
+- **BSP** (bulk synchronous parallel): all of iterations 0..c-1 of every
+  worker. A read at clock c waits until *every* worker has finished
+  iteration c-1: a barrier every clock. The slowest worker sets the pace.
+- **ASP** (asynchronous parallel): none are promised. Reads are answered
+  at once with whatever has arrived; staleness is unbounded (reported as a
+  histogram, never bounded).
+- **SSP(s)** (stale synchronous parallel, Ho et al. 2013): those of
+  iterations 0..c-s-1. A worker may run at most s clocks ahead of the
+  slowest; the read waits while ``c - min(clocks) > s``. SSP(0) is BSP,
+  SSP(∞) is ASP.
+
+A read's **staleness** is ``c - min(clocks)`` when it is answered: how many
+clocks the slowest worker is behind the reader, the number of iterations
+whose updates the read may miss. Under SSP(s) it is at most s, by the
+rule; the servers log every read's staleness so a test (and a student)
+can check.
+
+The servers enforce the rule (they hold every worker's clock); workers
+stopped or dropped (failed) no longer count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from minidist.util.answers import lab_answer
+
+
+class Consistency:
+    """A rule deciding whether a read at ``clock`` may be answered, given every live
+    worker's clock."""
+
+    name = "consistency"
+    staleness: float = float("inf")  # the most clocks a read may lag (the rule's bound)
+
+    def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class BSP(Consistency):
+    """A read at clock c waits until every worker has finished iteration c-1."""
+
+    name = "bsp"
+    staleness = 0
+
+    def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
+        return all(other >= clock for other in clocks)
+
+
+class ASP(Consistency):
+    """Every read is answered at once."""
+
+    name = "asp"
+
+    def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
+        return True
+
+
+class SSP(Consistency):
+    """A read at clock c waits while the slowest worker is more than s clocks behind."""
+
+    name = "ssp"
+
+    def __init__(self, staleness: int) -> None:
+        if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+            raise ValueError(f"SSP's staleness bound must be an integer >= 0, got {staleness!r}")
+        self.staleness = staleness
+
+    @lab_answer("lab06_ssp_rule")
+    def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
+        slowest = min(clocks, default=clock)
+        return clock - slowest <= self.staleness
+
+    def __repr__(self) -> str:
+        return f"ssp({self.staleness})"
+
+
+def consistency(name: str | Consistency, staleness: int | None = None) -> Consistency:
+    """``"bsp"``, ``"asp"`` or ``"ssp"`` (with ``staleness``) as a rule object."""
+    if isinstance(name, Consistency):
+        return name
+    if name == "ssp":
+        if staleness is None:
+            raise ValueError("consistency 'ssp' needs a staleness bound s >= 0")
+        return SSP(staleness)
+    if name in ("bsp", "asp"):
+        if staleness not in (None, 0) and name == "bsp":
+            raise ValueError(f"BSP has no staleness bound to set, got {staleness}")
+        return BSP() if name == "bsp" else ASP()
+    raise ValueError(f"consistency must be 'bsp', 'asp' or 'ssp', got {name!r}")
+
+
+@dataclass
+class StalenessLog:
+    """What one server saw: each read's staleness in clocks, each gradient's in versions."""
+
+    reads: Counter = field(default_factory=Counter)  # clocks behind the slowest -> count
+    gradients: Counter = field(default_factory=Counter)  # versions missed (tau) -> count
+
+    def merge(self, other: StalenessLog) -> StalenessLog:
+        return StalenessLog(self.reads + other.reads, self.gradients + other.gradients)
+
+    def table(self) -> str:
+        """Both histograms as text: ``staleness  reads  gradients``."""
+        top = max([*self.reads, *self.gradients, 0])
+        lines = ["staleness  reads  gradients"]
+        lines += [f"{s:9d}  {self.reads[s]:5d}  {self.gradients[s]:9d}" for s in range(top + 1)]
+        return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""What workers and servers say to each other: five requests, two answers.
+
+A worker speaks to a server in **requests**; each starts with a fixed-size
+header (``HEADER_BYTES``, tag ``Tag.PS_REQUEST``) so that the server, which
+listens to every worker at once, can post its receives before it knows
+what comes. The header says the kind of request and how long its payload
+(tag ``Tag.PS_PAYLOAD``) is:
+
+=========  =====================================  ===================================
+request     payload                                answer (tag ``Tag.PS_REPLY``)
+=========  =====================================  ===================================
+PUSH        keys (int64) then their gradient rows   the shard's version (8 bytes)
+PULL        keys (int64)                            version (8 bytes) then the rows
+CLOCK       none: "I finished an iteration"         none
+CHECKPOINT  none: "save the shards at this clock"   the clock saved (8 bytes)
+STOP        none: "I am done"                       none
+=========  =====================================  ===================================
+
+Every payload and answer is a byte buffer: int64 keys and the values'
+dtype side by side without conversion. A server answers one worker's
+requests in the order they were sent (MPI keeps a sender's messages to one
+receiver in order), so a worker posts its answers' receives in that order.
+
+The header also carries the worker's **clock** (iterations finished) and
+the **version** of the shard its gradient was computed from (staleness).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+HEADER_FIELDS = 5
+HEADER_BYTES = 8 * HEADER_FIELDS
+
+
+class Kind(IntEnum):
+    """The requests a worker sends."""
+
+    PUSH = 1
+    PULL = 2
+    CLOCK = 3
+    CHECKPOINT = 4
+    STOP = 5
+
+
+@dataclass(frozen=True)
+class Header:
+    """A request's header: five int64 on the wire."""
+
+    kind: Kind
+    clock: int = 0
+    keys: int = 0  # how many keys the payload carries
+    values: int = 0  # how many values follow them (a push's gradient rows)
+    version: int = -1  # the shard version a pushed gradient was computed from
+
+    def to_array(self) -> np.ndarray:
+        return np.array([self.kind, self.clock, self.keys, self.values, self.version], np.int64)
+
+    @classmethod
+    def from_array(cls, wire: np.ndarray) -> Header:
+        kind, clock, keys, values, version = (int(v) for v in wire)
+        return cls(Kind(kind), clock, keys, values, version)
+
+    def payload_bytes(self, itemsize: int) -> int:
+        return 8 * self.keys + itemsize * self.values
+
+
+def pack(keys: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+    """A payload: the keys' bytes, then the values' (a push's gradient rows)."""
+    parts = [np.ascontiguousarray(keys, np.int64).view(np.uint8)]
+    if values is not None:
+        parts.append(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
+    return np.concatenate(parts)
+
+
+def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``pack``'s inverse, as views of the buffer: (keys, values)."""
+    return payload[:8 * nkeys].view(np.int64), payload[8 * nkeys:].view(dtype)
+
+
+def version_and_rows(reply: np.ndarray, dtype: np.dtype) -> tuple[int, np.ndarray]:
+    """A pull's answer: (the shard's version, its rows)."""
+    return int(reply[:8].view(np.int64)[0]), reply[8:].view(dtype)

@@ -1,0 +1,131 @@
+"""``ParameterServer``: S server ranks and W worker ranks on one communicator.
+
+Every rank builds the same ``ParameterServer``; ranks 0..S-1 are servers,
+ranks S..P-1 workers (worker w is rank S + w). A training script reads::
+
+    ps = ParameterServer(c, layout, servers=1, optimizer=ServerOptimizer("sgd", lr=0.1),
+                         consistency="ssp", staleness=3)
+    if ps.is_server:
+        report = ps.serve(initial)       # until every worker stops; its shard, its logs
+    else:
+        worker = ps.worker()
+        for t in range(worker.clock, steps):
+            w = worker.pull(keys)
+            worker.push(keys, gradient(w, batch(t)))
+            worker.tick()
+        worker.stop()
+
+The same code runs under MPI and on the in-process transport. There, by
+default, servers take requests in the order of the workers' modelled
+clocks (``server.py``), so a run is the same to the bit every time
+("deterministic mode"); stragglers and failures come from the cluster
+(``LocalCluster(stragglers=..., failures=...)``).
+
+A checkpoint directory (``checkpoint=``) lets workers call
+``worker.checkpoint()`` at a clock they all reach; ``resume=True`` starts
+every rank from the last one: the servers' shards and optimiser state, the
+workers' clock.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from minidist.comm.transport.communicator import Communicator
+from minidist.parallel.ps.checkpoint import load_shard, shard_file
+from minidist.parallel.ps.consistency import Consistency
+from minidist.parallel.ps.consistency import consistency as make_rule
+from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.rules import ServerOptimizer, ShardState
+from minidist.parallel.ps.server import Server, ServerReport
+from minidist.parallel.ps.worker import Worker
+
+
+class ParameterServer:
+    """The roles and the rules of one parameter-server job (see the module docstring).
+
+    - ``optimizer``: what servers apply (default plain SGD, lr 0.1);
+    - ``consistency``: "bsp", "asp", "ssp" (with ``staleness``) or a rule object;
+    - ``softsync``: n of n-softsync (an update per c = W // n gradients); None: every
+      gradient is an update;
+    - ``deterministic``: servers take requests in modelled-clock order (the in-process
+      transport only; its default there);
+    - ``dtype``: of the values on the servers and on the wire.
+    """
+
+    def __init__(self, c: Communicator, layout: KeyLayout, servers: int = 1,
+                 optimizer: ServerOptimizer | None = None,
+                 consistency: str | Consistency = "asp", staleness: int | None = None,
+                 softsync: int | None = None, deterministic: bool | None = None,
+                 dtype: np.dtype | type = np.float64, checkpoint: str | os.PathLike | None = None,
+                 resume: bool = False) -> None:
+        if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+            raise ValueError(f"a parameter server needs servers >= 1, got {servers!r}")
+        if c.size - servers < 1:
+            raise ValueError(f"{c.size} ranks and {servers} servers leave no worker: "
+                             f"start at least {servers + 1} ranks")
+        workers = c.size - servers
+        if softsync is not None and not (isinstance(softsync, int) and 1 <= softsync <= workers):
+            raise ValueError(f"softsync n must be an integer in 1..{workers} (the workers), "
+                             f"got {softsync!r}")
+        modelled = hasattr(c.stats, "clock")
+        if deterministic and not modelled:
+            raise ValueError("deterministic order needs the in-process transport's modelled "
+                             "clock; under MPI requests are taken as they arrive")
+        if resume and checkpoint is None:
+            raise ValueError("resume=True needs the checkpoint directory to resume from")
+        self.c, self.layout, self.servers = c, layout, servers
+        self.rule = make_rule(consistency, staleness)
+        self.optimizer = optimizer if optimizer is not None else ServerOptimizer()
+        self.softsync, self.dtype = softsync, np.dtype(dtype)
+        self.deterministic = modelled if deterministic is None else deterministic
+        self.checkpoint, self.ranges = checkpoint, layout.split(servers)
+        self.start_clock = _saved_clock(checkpoint) if resume else 0
+        self.resume = resume
+        self.is_server = c.rank < servers
+        self.workers = list(range(servers, c.size))
+
+    def serve(self, initial: np.ndarray) -> ServerReport:
+        """Serve this rank's key range, starting from its part of ``initial`` (the values
+        of every key, ``layout.flatten`` of the model), or from the checkpoint."""
+        if not self.is_server:
+            raise RuntimeError(f"rank {self.c.rank} is a worker, not a server")
+        initial = np.asarray(initial)
+        if initial.shape != (self.layout.num_values,):
+            raise ValueError(f"initial values: expected {self.layout.num_values} (every key's "
+                             f"row, layout.flatten), got shape {initial.shape}")
+        server = self.c.rank
+        first, end = self.ranges[server]
+        part = initial[self.layout.offsets[first]:self.layout.offsets[end]]
+        shard = ShardState(np.array(part, self.dtype, copy=True), self.optimizer)
+        if self.resume:
+            load_shard(self.checkpoint, server, shard, self.ranges[server])
+        return Server(self.c, self.layout, server, self.ranges[server], self.workers,
+                      self.optimizer, self.rule, self.softsync, self.deterministic,
+                      self.dtype, self.checkpoint, self.start_clock).serve(shard)
+
+    def worker(self) -> Worker:
+        """This rank's client (worker number ``c.rank - servers``)."""
+        if self.is_server:
+            raise RuntimeError(f"rank {self.c.rank} is a server, not a worker")
+        return Worker(self.c, self.layout, list(range(self.servers)), self.ranges, self.dtype,
+                      self.start_clock)
+
+
+def _saved_clock(path: str | os.PathLike) -> int:
+    if not shard_file(path, 0).exists():
+        raise FileNotFoundError(f"resume: no checkpoint in {path} ({shard_file(path, 0)} "
+                                f"does not exist)")
+    with np.load(shard_file(path, 0)) as saved:
+        return int(saved["clock"])
+
+
+def gather_reports(reports: list[ServerReport], layout: KeyLayout) -> np.ndarray:
+    """Every server's final values as one vector of all keys (``layout.flatten``'s order)."""
+    ordered = sorted(reports, key=lambda report: report.key_range)
+    values = np.concatenate([report.values for report in ordered])
+    if values.size != layout.num_values:
+        raise ValueError(f"the reports hold {values.size} values, the layout {layout.num_values}")
+    return values

@@ -1,0 +1,130 @@
+"""What a server does with a gradient: the optimiser of one shard, and staleness-aware SGD.
+
+A server holds its shard's values as one flat vector and, beside it, the
+optimiser's state (the same length): nothing per worker. A push of the rows
+``keys`` arrives as their gradient ``g``; ``index`` says where those rows lie
+in the shard (a slice for a dense push, an index array for sparse rows), and
+the update touches those values only: O(values pushed), however large the
+shard.
+
+- **sgd**: ``w -= lr·g``.
+- **adagrad**: ``G += g²; w -= lr·g / (√G + eps)`` (the textbook rule,
+  ``optim.adagrad_rows``).
+- **adam**: Adam's moments and bias correction, with each value counting its
+  own steps (a row that is pushed rarely is corrected for the steps it took:
+  "lazy" Adam, as sparse embeddings need).
+
+**Staleness-aware SGD** (Zhang, Gupta, Lian & Liu 2016, "n-softsync"): λ
+workers; the server waits for c = ⌊λ/n⌋ gradients and applies their
+average, each scaled by its own staleness:
+
+    g = (1/c) Σ_l α(τ_l)/α0 · Δθ_l,      θ ← θ − α0·g,      α(τ) = α0 / τ
+
+where τ_l counts the updates (shard versions) gradient l missed between the
+pull it was computed from and now. A fresh gradient (τ = 0: nothing
+happened since its pull) gets α0, as if τ were 1. n = λ is asynchronous SGD
+(c = 1), n = 1 waits for one gradient from everyone (c = λ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minidist.optim.adagrad import adagrad_rows
+from minidist.util.answers import lab_answer
+
+RULES = ("sgd", "adagrad", "adam")
+
+
+@lab_answer("lab06_staleness_lr")
+def staleness_lr(lr0: float, tau: int) -> float:
+    """α(τ) = α0/τ for a gradient that missed τ >= 1 updates; α0 for a fresh one."""
+    return lr0 / max(tau, 1)
+
+
+@dataclass(frozen=True)
+class ServerOptimizer:
+    """The rule every server applies to its shard: ``rule`` in RULES, its
+    hyper-parameters, and whether each gradient's step is scaled by α(τ)/α0."""
+
+    rule: str = "sgd"
+    lr: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    staleness_aware: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"server optimiser must be one of {RULES}, got {self.rule!r}")
+        if self.lr < 0 or self.eps < 0:
+            raise ValueError(f"lr and eps must be >= 0, got lr={self.lr}, eps={self.eps}")
+
+    def scale(self, tau: int) -> float:
+        """How much of its step a gradient that missed ``tau`` updates gets."""
+        return staleness_lr(self.lr, tau) / self.lr if self.staleness_aware and self.lr else 1.0
+
+
+class ShardState:
+    """One server's shard: its values, the optimiser's state, and its version."""
+
+    def __init__(self, values: np.ndarray, optimizer: ServerOptimizer) -> None:
+        self.values, self.optimizer = values, optimizer
+        self.version = 0  # updates applied so far
+        rule = optimizer.rule
+        self.sums = np.zeros_like(values) if rule == "adagrad" else None  # AdaGrad's G
+        self.moments = tuple(np.zeros_like(values) for _ in range(3)) if rule == "adam" else None
+
+    @lab_answer("lab06_shard_update")
+    def apply(self, index: slice | np.ndarray, grad: np.ndarray) -> None:
+        """One update of the values at ``index`` with their gradient ``grad``; version += 1."""
+        rule, lr = self.optimizer.rule, self.optimizer.lr
+        if rule == "sgd":
+            self.values[index] -= lr * grad
+        elif rule == "adagrad":
+            adagrad_rows(self.values, self.sums, index, grad, lr, self.optimizer.eps,
+                         convention="textbook")
+        else:
+            self._adam(index, grad)
+        self.version += 1
+
+    def _adam(self, index: slice | np.ndarray, grad: np.ndarray) -> None:
+        (b1, b2), eps, lr = self.optimizer.betas, self.optimizer.eps, self.optimizer.lr
+        steps, first, second = self.moments
+        t = steps[index] + 1
+        m = b1 * first[index] + (1 - b1) * grad
+        s = b2 * second[index] + (1 - b2) * grad ** 2
+        steps[index], first[index], second[index] = t, m, s
+        self.values[index] -= lr * (m / (1 - b1 ** t)) / (np.sqrt(s / (1 - b2 ** t)) + eps)
+
+
+class SoftSync:
+    """n-softsync's accumulator: gradients summed (each scaled by α(τ)/α0) until ``c``
+    have arrived; then their average is one update."""
+
+    def __init__(self, num_keys: int, num_values: int, dtype: np.dtype, c: int) -> None:
+        if c < 1:
+            raise ValueError(f"softsync needs c >= 1 gradients per update, got {c}")
+        self.c, self.count = c, 0
+        self.total = np.zeros(num_values, dtype)
+        self.touched = np.zeros(num_keys, bool)
+
+    @lab_answer("lab06_softsync")
+    def add(self, keys: np.ndarray, index: slice | np.ndarray, grad: np.ndarray,
+            scale: float) -> bool:
+        """Add one scaled gradient of the rows ``keys``; True once ``c`` have arrived."""
+        self.total[index] += scale * grad
+        self.touched[keys] = True
+        self.count += 1
+        return self.count == self.c
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the keys touched, counted from the shard's first; the average: the total over
+        the whole shard divided by c), and start again."""
+        keys = np.flatnonzero(self.touched)
+        total = self.total / self.c
+        self.total[:] = 0
+        self.touched[:] = False
+        self.count = 0
+        return keys, total

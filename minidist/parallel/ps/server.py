@@ -1,0 +1,231 @@
+"""One server rank: it holds a key range, answers pushes and pulls, and keeps the clocks.
+
+A server's loop, per request:
+
+1. **Listen**: one header receive is posted for every worker still
+   running, so whichever speaks next is heard.
+2. **Choose** the next request. Under MPI: whichever arrives first
+   (``wait_any``). On the in-process transport (deterministic order, the
+   default there): wait until every listening worker has spoken, then take
+   the request sent first on the modelled clock (ties by worker;
+   ``LocalCommunicator.arrival``): the order in which a real network would
+   have delivered them, and the same on every run. A worker whose read is parked sends
+   nothing until it is answered (``worker.py``), so it is not waited for.
+3. **Handle** it:
+   - PUSH: receive the rows; τ = version now - the version the gradient
+     was computed from; apply the update (``ShardState.apply``), or add it
+     to n-softsync's accumulator and apply the average once c have come;
+     acknowledge with the version.
+   - PULL: receive the keys; answer with the version and the rows if the
+     consistency rule allows a read at the worker's clock, else park it.
+   - CLOCK: the worker finished an iteration: record its clock.
+   - CHECKPOINT: the worker waits at a checkpoint: once every running
+     worker has asked at the same clock, save the shard, then answer them.
+   - STOP: the worker is done; it no longer counts in the clocks.
+4. **Unpark** the reads the clocks now allow, earliest first.
+
+A worker that ends without STOP (its receive raises: the rank failed or
+finished) is dropped from the clocks with a message naming it, and the
+others go on.
+
+Cost per request, for k keys holding v values of b bytes, on the server:
+a PUSH receives 2 messages (40 B header, 8k + b·v payload) and sends one
+of 8 B; a PULL receives 40 B and 8k B and sends 8 + b·v B; CLOCK and STOP
+one 40 B message each. Work: O(v) per push or pull.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minidist.comm.errors import CommError
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator, Request
+from minidist.parallel.ps.checkpoint import save_shard
+from minidist.parallel.ps.consistency import Consistency, StalenessLog
+from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
+from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
+
+
+@dataclass
+class ServerReport:
+    """What a server returns: its final shard and what it saw."""
+
+    server: int
+    key_range: tuple[int, int]
+    values: np.ndarray
+    version: int
+    staleness: StalenessLog
+    requests: Counter = field(default_factory=Counter)  # Kind name -> count
+    dropped: list[int] = field(default_factory=list)  # workers that ended without STOP
+
+
+@dataclass
+class Listening:
+    """The header receive posted for one worker."""
+
+    request: Request
+    buf: np.ndarray
+    header: Header | None = None  # set once received
+
+
+class Server:
+    """Server ``server`` of a parameter server: the keys ``key_range`` of ``layout``.
+
+    ``workers`` are the workers' ranks in ``c``; ``softsync``: n of n-softsync
+    (None: every gradient is an update); ``checkpoint_path``: where CHECKPOINT
+    requests save the shard.
+    """
+
+    def __init__(self, c: Communicator, layout: KeyLayout, server: int,
+                 key_range: tuple[int, int], workers: list[int], optimizer: ServerOptimizer,
+                 rule: Consistency, softsync: int | None, deterministic: bool,
+                 dtype: np.dtype, checkpoint_path: str | None = None, clock: int = 0) -> None:
+        self.c, self.layout, self.server, self.key_range = c, layout, server, key_range
+        self.workers, self.optimizer, self.rule = workers, optimizer, rule
+        self.softsync, self.deterministic, self.dtype = softsync, deterministic, dtype
+        self.checkpoint_path = checkpoint_path
+        self.clocks = {w: clock for w in range(len(workers))}  # running workers' clocks
+        self.parked: dict[int, tuple[Header, np.ndarray]] = {}  # worker -> its waiting read
+        self.at_checkpoint: dict[int, Header] = {}
+        self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
+
+    def serve(self, shard: ShardState) -> ServerReport:
+        """Run until every worker has stopped or gone, updating ``shard`` (this server's
+        values and optimiser state)."""
+        first, end = self.key_range
+        self.shard = shard
+        if self.softsync is not None:
+            c = max(1, len(self.workers) // self.softsync)
+            self.accumulator = SoftSync(end - first, self.shard.values.size, self.dtype, c)
+        listening = {w: self._listen(w) for w in self.clocks}
+        while listening:
+            worker = self._next(listening)
+            if worker is None:
+                self._unpark()  # a worker was dropped: the clocks may allow more now
+                continue
+            header = listening[worker].header
+            self.requests[header.kind.name] += 1
+            try:
+                self._handle(worker, header)
+            except CommError as err:  # it died between its header and its payload
+                self._drop(worker, listening, err)
+                self._unpark()
+                continue
+            del listening[worker]
+            if header.kind is not Kind.STOP:
+                listening[worker] = self._listen(worker)
+            self._unpark()
+        return ServerReport(self.server, self.key_range, self.shard.values,
+                            self.shard.version, self.log, self.requests, self.dropped)
+
+    # --- 1-2. listen, and choose whom to answer ------------------------------------------
+    def _listen(self, worker: int) -> Listening:
+        buf = np.empty(HEADER_FIELDS, np.int64)
+        # communication: the next request header from this worker, whenever it comes
+        return Listening(self.c.irecv(buf, self.workers[worker], Tag.PS_REQUEST), buf)
+
+    def _next(self, listening: dict[int, Listening]) -> int | None:
+        """The worker whose request comes next, its header received; None if one was
+        dropped instead (the caller looks again)."""
+        speaking = [w for w in listening if w not in self.parked and w not in self.at_checkpoint]
+        if not speaking:
+            raise CommError(f"parameter server {self.server}: every running worker waits for "
+                            f"it (reads parked: {sorted(self.parked)}, at a checkpoint: "
+                            f"{sorted(self.at_checkpoint)}) and no rule lets any go on")
+        if self.deterministic:  # the request sent first, in modelled time
+            sent = {}
+            for w in speaking:
+                try:
+                    sent[w] = self.c.arrival(listening[w].request)
+                except CommError as err:
+                    self._drop(w, listening, err)
+                    return None
+            worker = min(speaking, key=lambda w: (sent[w], w))
+        else:  # the request that arrives first
+            worker = speaking[self.c.wait_any([listening[w].request for w in speaking])]
+        try:
+            listening[worker].request.wait()
+        except CommError as err:
+            self._drop(worker, listening, err)
+            return None
+        listening[worker].header = Header.from_array(listening[worker].buf)
+        return worker
+
+    def _drop(self, worker: int, listening: dict[int, Listening], err: CommError) -> None:
+        del listening[worker]
+        self.clocks.pop(worker, None)
+        self.dropped.append(worker)
+        print(f"parameter server {self.server}: worker {worker} (rank {self.workers[worker]}) "
+              f"is gone, dropped from the clocks: {err}", file=sys.stderr)
+
+    # --- 3. handle one request -----------------------------------------------------------
+    def _handle(self, worker: int, header: Header) -> None:
+        kind = header.kind
+        if kind in (Kind.PUSH, Kind.PULL):
+            payload = np.empty(header.payload_bytes(self.dtype.itemsize), np.uint8)
+            # communication: the request's keys (and, for a push, their gradient rows)
+            self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
+            keys, rows = unpack(payload, header.keys, self.dtype)
+            if kind is Kind.PUSH:
+                self._push(worker, header, keys, rows)
+            else:
+                self.parked[worker] = (header, keys.copy())
+        elif kind is Kind.CLOCK:
+            self.clocks[worker] = header.clock
+        elif kind is Kind.CHECKPOINT:
+            self.at_checkpoint[worker] = header
+        else:
+            del self.clocks[worker]
+
+    def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray) -> None:
+        first = self.key_range[0]
+        tau = max(0, self.shard.version - header.version)
+        self.log.gradients[tau] += 1
+        index = self.layout.value_index(keys, base=first)
+        scale = self.optimizer.scale(tau)
+        if self.softsync is None:
+            self.shard.apply(index, rows if scale == 1.0 else scale * rows)
+        elif self.accumulator.add(keys - first, index, rows, scale):
+            touched, mean = self.accumulator.take()
+            index = self.layout.value_index(touched + first, base=first)
+            self.shard.apply(index, mean[index])
+        # communication: the acknowledgement carries the shard's version
+        self.c.send(np.array([self.shard.version], np.int64).view(np.uint8),
+                    self.workers[worker], Tag.PS_REPLY)
+
+    # --- 4. answer the reads the clocks allow ------------------------------------------
+    def _unpark(self) -> None:
+        clocks = list(self.clocks.values())
+        for worker, (header, keys) in sorted(self.parked.items()):
+            if self.rule.may_serve(header.clock, clocks):
+                del self.parked[worker]
+                self.log.reads[max(0, header.clock - min(clocks, default=header.clock))] += 1
+                self._answer_read(worker, keys)
+        waiting = list(self.at_checkpoint.values())
+        if waiting and len(waiting) == len(self.clocks) and len({h.clock for h in waiting}) == 1:
+            self._checkpoint(waiting[0].clock)
+
+    def _answer_read(self, worker: int, keys: np.ndarray) -> None:
+        rows = self.shard.values[self.layout.value_index(keys, base=self.key_range[0])]
+        answer = np.empty(8 + rows.nbytes, np.uint8)
+        answer[:8].view(np.int64)[0] = self.shard.version
+        answer[8:] = rows.view(np.uint8)
+        # communication: the version, then the rows read
+        self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
+
+    def _checkpoint(self, clock: int) -> None:
+        if self.checkpoint_path is None:
+            raise ValueError("a worker asked for a checkpoint, but the parameter server "
+                             "was given no checkpoint path")
+        save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
+        for worker in sorted(self.at_checkpoint):
+            # communication: the clock saved: the worker may go on
+            self.c.send(np.array([clock], np.int64).view(np.uint8), self.workers[worker],
+                        Tag.PS_REPLY)
+        self.at_checkpoint.clear()

@@ -1,0 +1,234 @@
+"""Parameter servers on in-process ranks: against one process, the consistency invariants,
+traffic, failures, checkpoints and bad input.
+
+The workload is least squares, ``y ≈ x W + b``, float64: every worker's
+gradient is exact arithmetic on data chosen by (clock, worker), so a
+distributed run can be replayed by one process. Tolerance 1e-12 where the
+order of floating-point additions differs, bit for bit where it cannot.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minidist.comm import LocalCluster, RankError, RankFailure, Straggler
+from minidist.nn import Parameter
+from minidist.optim import SGD, AdaGrad, Adam
+from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer, gather_reports
+
+FEATURES, OUTPUTS, BATCH, STEPS = 5, 3, 8, 6
+LAYOUT = KeyLayout({"W": (FEATURES, OUTPUTS), "b": (1, OUTPUTS)})
+DATA = np.random.default_rng(0)
+X, Y = DATA.normal(size=(256, FEATURES)), DATA.normal(size=(256, OUTPUTS))
+INITIAL = LAYOUT.flatten({"W": DATA.normal(size=(FEATURES, OUTPUTS)), "b": np.zeros(OUTPUTS)})
+
+
+def batch(clock: int, worker: int, workers: int) -> slice:
+    start = ((clock * workers + worker) * BATCH) % len(X)
+    return slice(start, start + BATCH)
+
+
+def gradient(flat: np.ndarray, rows: slice) -> np.ndarray:
+    W, b = flat[:FEATURES * OUTPUTS].reshape(FEATURES, OUTPUTS), flat[FEATURES * OUTPUTS:]
+    residual = X[rows] @ W + b - Y[rows]
+    return np.concatenate([(X[rows].T @ residual / BATCH).ravel(), residual.mean(0)])
+
+
+def train(c, servers=1, steps=STEPS, compute=None, **options):
+    """Every rank: serve, or pull-compute-push-tick ``steps`` times. Workers return the
+    reads' versions; servers their reports."""
+    ps = ParameterServer(c, LAYOUT, servers=servers, **options)
+    if ps.is_server:
+        return ps.serve(INITIAL)
+    worker, w = ps.worker(), c.rank - servers
+    workers = c.size - servers
+    for t in range(worker.clock, steps):
+        values = worker.pull(LAYOUT.all_keys())
+        c.compute(compute(t, w) if compute else 1e-3)
+        worker.push(LAYOUT.all_keys(), gradient(values, batch(t, w, workers)))
+        worker.tick()
+    worker.stop()
+    return worker.clock
+
+
+def final(results, servers=1):
+    return gather_reports(results[:servers], LAYOUT)
+
+
+def reference(optimizer_class, steps=STEPS, workers=1, **hyper):
+    """One process: the same gradients, in worker order each clock (BSP's order when
+    workers compute equally long), on a minidist optimiser."""
+    param = Parameter(INITIAL.copy())
+    opt = optimizer_class([param], **hyper)
+    for t in range(steps):
+        grads = [gradient(param.data, batch(t, w, workers)) for w in range(workers)]
+        for g in grads:
+            param.grad = g
+            opt.step()
+    return param.data
+
+
+@pytest.mark.parametrize("servers", [1, 2, 3])
+@pytest.mark.parametrize("rule, optimizer_class, hyper", [
+    ("sgd", SGD, dict(lr=0.1)),
+    ("adagrad", AdaGrad, dict(lr=0.1, eps=1e-8)),
+    ("adam", Adam, dict(lr=0.01, eps=1e-8)),
+])
+def test_one_worker_trains_as_one_process(servers, rule, optimizer_class, hyper):
+    results = LocalCluster(servers + 1).run(
+        lambda c: train(c, servers, optimizer=ServerOptimizer(rule, **hyper)))
+    np.testing.assert_allclose(final(results, servers), reference(optimizer_class, **hyper),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_bsp_applies_each_workers_gradient_in_turn(servers):
+    results = LocalCluster(servers + 3).run(lambda c: train(c, servers, consistency="bsp"))
+    np.testing.assert_allclose(final(results, servers), reference(SGD, workers=3, lr=0.1),
+                               rtol=0, atol=1e-12)
+    reports = results[:servers]
+    assert all(r.staleness.reads == {0: 3 * STEPS} for r in reports)
+    assert all(r.requests["PUSH"] == 3 * STEPS and r.requests["STOP"] == 3 for r in reports)
+
+
+def test_softsync_one_averages_every_workers_gradient_as_synchronous_sgd():
+    results = LocalCluster(4).run(lambda c: train(c, 1, consistency="bsp", softsync=1))
+    param = INITIAL.copy()
+    for t in range(STEPS):
+        param -= 0.1 * np.mean([gradient(param, batch(t, w, 3)) for w in range(3)], axis=0)
+    np.testing.assert_allclose(final(results), param, rtol=0, atol=1e-12)
+    assert results[0].version == STEPS  # one update per clock: c = 3 gradients each
+
+
+def random_compute(seed, workers):
+    rng = np.random.default_rng(seed)
+    table = rng.exponential(1e-3, size=(STEPS, workers)) * (1 + np.arange(workers))
+    return lambda t, w: float(table[t, w])
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4), staleness=st.integers(0, 3))
+def test_ssp_reads_are_never_more_than_s_clocks_stale(seed, workers, staleness):
+    compute = random_compute(seed, workers)
+    cluster = LocalCluster(1 + workers, stragglers={1: Straggler(slowdown=3.0)})
+    results = cluster.run(lambda c: train(c, 1, compute=compute, consistency="ssp",
+                                          staleness=staleness))
+    reads = results[0].staleness.reads
+    assert sum(reads.values()) == workers * STEPS
+    assert max(reads) <= staleness
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4))
+def test_ssp_zero_equals_bsp_bit_for_bit_and_reruns_are_identical(seed, workers):
+    compute = random_compute(seed, workers)
+
+    def run(**rule):
+        cluster = LocalCluster(1 + workers, stragglers={workers: Straggler(slowdown=2.0)})
+        results = cluster.run(lambda c: train(c, 1, compute=compute, **rule))
+        return final(results), results[0].staleness, max(s.clock for s in cluster.stats)
+
+    bsp, ssp0, again = run(consistency="bsp"), run(consistency="ssp", staleness=0), \
+        run(consistency="bsp")
+    assert np.array_equal(bsp[0], ssp0[0]) and np.array_equal(bsp[0], again[0])
+    assert bsp[1] == ssp0[1] and bsp[2] == ssp0[2] == again[2]
+
+
+def test_asp_lets_the_fast_worker_run_ahead_and_reports_staleness():
+    straggler = {2: Straggler(slowdown=4.0)}
+    clocks = {}
+    for rule in ("bsp", "asp"):
+        cluster = LocalCluster(3, stragglers=straggler)
+        results = cluster.run(lambda c: train(c, 1, consistency=rule, steps=12))  # noqa: B023
+        clocks[rule] = cluster.stats[1].clock  # the fast worker's finishing time
+        logs = results[0].staleness
+    assert clocks["asp"] < 0.5 * clocks["bsp"]
+    assert max(logs.reads) >= 2 and max(logs.gradients) >= 2  # reported, not bounded
+    assert "staleness  reads  gradients" in logs.table()
+
+
+def test_traffic_matches_the_cost_in_the_docstrings():
+    keys = LAYOUT.num_keys
+    values = LAYOUT.num_values
+    cluster = LocalCluster(3)
+    cluster.run(lambda c: train(c, 2))
+    worker = cluster.stats[2]
+    k = [LAYOUT.split(2)[s][1] - LAYOUT.split(2)[s][0] for s in range(2)]
+    v = [int(LAYOUT.offsets[e] - LAYOUT.offsets[f]) for f, e in LAYOUT.split(2)]
+    per_step_sent = sum(2 * 40 + 8 * k[s] + (8 * k[s] + 8 * v[s]) + 40 for s in range(2))
+    per_step_recv = sum((8 + 8 * v[s]) + 8 for s in range(2))
+    assert sum(k) == keys and sum(v) == values
+    assert worker.messages_sent == STEPS * 2 * 5 + 2  # pull 2, push 2, tick 1; stop
+    assert worker.bytes_sent == STEPS * per_step_sent + 2 * 40
+    assert worker.messages_recv == STEPS * 2 * 2
+    assert worker.bytes_recv == STEPS * per_step_recv
+
+
+def test_a_dead_worker_is_dropped_and_the_others_finish(capfd):
+    def body(c):
+        try:
+            return train(c, 1, consistency="ssp", staleness=1, steps=10)
+        except RankFailure:
+            return "died"
+
+    results = LocalCluster(4, failures={2: 12}).run(body)
+    assert results[2] == "died" and results[1] == results[3] == 10
+    assert results[0].dropped == [1]
+    assert "worker 1 (rank 2) is gone, dropped from the clocks" in capfd.readouterr().err
+
+
+def test_checkpoint_and_resume_end_as_an_uninterrupted_run(tmp_path):
+    def body(c, path, steps, resume, checkpoint_at=None):
+        ps = ParameterServer(c, LAYOUT, consistency="ssp", staleness=1, checkpoint=path,
+                             resume=resume, optimizer=ServerOptimizer("adam", lr=0.01))
+        if ps.is_server:
+            return ps.serve(INITIAL)
+        worker, w = ps.worker(), c.rank - 1
+        for t in range(worker.clock, steps):
+            values = worker.pull(LAYOUT.all_keys())
+            c.compute(1e-3 * (1 + w))
+            worker.push(LAYOUT.all_keys(), gradient(values, batch(t, w, 2)))
+            worker.tick()
+            if worker.clock == checkpoint_at:
+                worker.checkpoint()
+        worker.stop()
+
+    whole = LocalCluster(3).run(body, (tmp_path / "a", 8, False, 4))
+    LocalCluster(3).run(body, (tmp_path / "b", 4, False, 4))  # "killed" after its checkpoint
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["shard-0.npz"]
+    resumed = LocalCluster(3).run(body, (tmp_path / "b", 8, True))
+    assert np.array_equal(final(whole), final(resumed))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(servers=3), "3 servers leave no worker"),
+    (dict(servers=0), "servers >= 1"),
+    (dict(consistency="ssp", staleness=-1), "staleness bound must be an integer >= 0"),
+    (dict(consistency="ssp"), "needs a staleness bound"),
+    (dict(consistency="eventual"), "must be 'bsp', 'asp' or 'ssp'"),
+    (dict(softsync=3), "softsync n must be an integer in 1..2"),
+    (dict(resume=True), "needs the checkpoint directory"),
+])
+def test_bad_options_fail_on_every_rank(options, message):
+    def body(c):
+        with pytest.raises(ValueError, match=message):
+            ParameterServer(c, LAYOUT, **options)
+        return True
+
+    assert LocalCluster(3).run(body) == [True] * 3
+
+
+@pytest.mark.parametrize("request_, message", [
+    (lambda w: w.pull(np.array([0, LAYOUT.num_keys])), "outside every server's range"),
+    (lambda w: w.push(LAYOUT.all_keys(), np.zeros(4)), "needs 18 gradient values"),
+])
+def test_a_bad_request_fails_its_worker_and_ends_the_run(request_, message):
+    def body(c):
+        ps = ParameterServer(c, LAYOUT)
+        if ps.is_server:
+            return ps.serve(INITIAL)
+        request_(ps.worker())
+
+    with pytest.raises(RankError, match=message):
+        LocalCluster(2).run(body, timeout=30)
