@@ -23,3 +23,4 @@ class Tag(IntEnum):
     PS_REQUEST = 91  # a parameter-server request's header, worker -> server (parallel/ps)
     PS_PAYLOAD = 92  # its keys and values, worker -> server
     PS_REPLY = 93  # a server's answer: a push's acknowledgement, a pull's rows
+    PS_COLLECT = 94  # servers' final shards gathered on rank 0

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from minidist.data.batching import BatchSampler, DataLoader, Sampler, iterate_batches
 from minidist.data.corpus import download_text8, iter_pieces, read_lines
-from minidist.data.dataset import Dataset, split_dataset, stratified_split
+from minidist.data.dataset import Dataset, split_dataset, standardize, stratified_split
 from minidist.data.digits import load_digits
 from minidist.data.distributed import DistributedSampler
 from minidist.data.idx import IDXFormatError, read_idx, write_idx
@@ -77,6 +77,7 @@ __all__ = [
     "read_idx",
     "read_lines",
     "split_dataset",
+    "standardize",
     "stratified_split",
     "write_idx",
 ]

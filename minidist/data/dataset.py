@@ -15,6 +15,7 @@ processes must agree on which samples are "train" without talking.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,3 +83,17 @@ def split_dataset(dataset: Dataset, test_fraction: float = 0.2,
     train, test = stratified_split(dataset.y, test_fraction, seed)
     return (dataset.subset(train, f"{dataset.name}-train"),
             dataset.subset(test, f"{dataset.name}-test"))
+
+
+def standardize(train_set: Dataset, test_set: Dataset) -> tuple[Dataset, Dataset]:
+    """x -> (x - mean) / (std + 0.01), with mean and std per feature from the training set.
+
+    The test set uses the training set's statistics: it stands for data not
+    seen yet. The 0.01 keeps always-blank pixels (std 0) at 0.
+    """
+    mean, scale = train_set.x.mean(axis=0), train_set.x.std(axis=0) + 0.01
+
+    def apply(dataset: Dataset) -> Dataset:
+        return dataclasses.replace(dataset, x=((dataset.x - mean) / scale).astype(np.float32))
+
+    return apply(train_set), apply(test_set)

@@ -19,14 +19,12 @@ every training program:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from typing import Any
 
-import numpy as np
 from tqdm import tqdm
 
-from minidist.data import DataLoader, Dataset, load_digits
+from minidist.data import DataLoader, load_digits, standardize
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim import SGD, Adam, Optimizer
 
@@ -40,20 +38,6 @@ def make_optimizer(name: str, params: list, lr: float) -> Optimizer:
     if name == "sgd":
         return SGD(params, lr=lr, momentum=0.9)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
-
-
-def standardize(train_set: Dataset, test_set: Dataset) -> tuple[Dataset, Dataset]:
-    """x -> (x - mean) / (std + 0.01), with mean and std per feature from the training set.
-
-    The test set uses the training set's statistics: it stands for data not
-    seen yet. The 0.01 keeps always-blank pixels (std 0) at 0.
-    """
-    mean, scale = train_set.x.mean(axis=0), train_set.x.std(axis=0) + 0.01
-
-    def apply(dataset: Dataset) -> Dataset:
-        return dataclasses.replace(dataset, x=((dataset.x - mean) / scale).astype(np.float32))
-
-    return apply(train_set), apply(test_set)
 
 
 def train(epochs: int = 20, batch_size: int = 32, lr: float = 3e-3, hidden: int = 256,

@@ -37,8 +37,8 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, allreduce, world
-from minidist.data import DataLoader, DistributedSampler, load_digits
-from minidist.examples.mlp import OPTIMIZERS, make_optimizer, standardize
+from minidist.data import DataLoader, DistributedSampler, load_digits, standardize
+from minidist.examples.mlp import OPTIMIZERS, make_optimizer
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim.schedules import LRScheduler, linear_scaling
 from minidist.parallel.ddp import DataParallel

@@ -1,0 +1,143 @@
+"""The course's MLP trained through a parameter server: every strategy of Lecture 5 in one loop.
+
+Each worker, at each clock t:
+
+1. **pull** every weight (all keys) from the servers;
+2. compute the gradient of the mean cross-entropy on its batch for clock t
+   (drawn from the seed, the worker and t only, so a run can be replayed);
+   on the in-process transport the step also costs ``compute_time(t, w)``
+   modelled seconds (times a straggler's slowdown);
+3. **push** the gradient; the servers apply it (their optimiser, the
+   consistency rule, staleness-aware SGD, n-softsync: ``ParameterServer``'s
+   options);
+4. **tick**: the clock advances on every server.
+
+Worker 0 also scores the weights it pulled every ``eval_every`` clocks (on
+the test set, not counted as work): the loss and accuracy against its
+modelled (in-process) or real (MPI) time, from which the time to reach a
+target loss is read. At the end the servers send their shards to rank 0,
+which scores the final model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator
+from minidist.data import load_digits, standardize
+from minidist.models.mlp import accuracy, build_mlp, classification_loss
+from minidist.nn import MLP
+from minidist.parallel.ps.consistency import StalenessLog
+from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.parameter_server import ParameterServer
+
+ComputeTime = Callable[[int, int], float]  # (clock, worker) -> modelled seconds
+
+
+@dataclass
+class PSRun:
+    """What rank 0 learns from a run (other ranks get ``None`` for the run-level fields)."""
+
+    accuracy: float | None = None  # of the final model on the test set
+    loss: float | None = None
+    curve: list[tuple[float, int, float, float]] = field(default_factory=list)
+    # worker 0's (seconds, clock, test loss, test accuracy) every eval_every clocks
+    staleness: StalenessLog = field(default_factory=StalenessLog)  # all servers' logs
+    dropped: list[int] = field(default_factory=list)
+    seconds: float = 0.0  # modelled (in-process) or real, when the last server finished
+
+    def time_to_loss(self, target: float) -> float | None:
+        """The first time worker 0 read weights whose test loss is <= ``target``."""
+        return next((t for t, _, loss, _ in self.curve if loss <= target), None)
+
+
+def mlp_layout(model: MLP) -> KeyLayout:
+    """One table per parameter: a weight's rows are keys, a bias is one key."""
+    return KeyLayout.of_arrays({name: p.data.shape for name, p in model.named_parameters()})
+
+
+def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: int = 64,
+              seed: int = 0, compute_time: ComputeTime | None = None, eval_every: int = 10,
+              on_step: Callable[[int], Any] | None = None, **ps_options: Any) -> PSRun:
+    """Train the digits MLP for ``steps`` clocks per worker; ``ps_options`` go to
+    ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync...)."""
+    train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=0))
+    model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
+                      dtype=np.float64)
+    layout = mlp_layout(model)
+    ps = ParameterServer(c, layout, **ps_options)
+    started = time.perf_counter()
+    if ps.is_server:
+        report = ps.serve(layout.flatten({n: p.data for n, p in model.named_parameters()}))
+        result = PSRun(staleness=report.staleness, dropped=report.dropped)
+        values = _collect(c, ps, report.values)
+    else:
+        result = PSRun(curve=_work(c, ps, model, layout, train_set, test_set, steps,
+                                   batch_size, seed, compute_time, eval_every, on_step))
+        values = None
+    result.seconds = _seconds(c, started)
+    if values is not None:  # rank 0: the final model
+        _load(model, layout, values)
+        result.loss = float(classification_loss(model, test_set.x, test_set.y).data)
+        result.accuracy = accuracy(model, test_set.x, test_set.y)
+    return result
+
+
+def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, compute_time,
+          eval_every, on_step) -> list[tuple[float, int, float, float]]:
+    worker, w = ps.worker(), c.rank - ps.servers
+    keys, curve, started = layout.all_keys(), [], time.perf_counter()
+    for t in range(worker.clock, steps):
+        _load(model, layout, worker.pull(keys))
+        if w == 0 and t % eval_every == 0:
+            curve.append(_score(c, started, t, model, test_set))
+        rows = np.random.default_rng((seed, w, t)).integers(0, len(train_set.y), batch_size)
+        model.zero_grad()
+        classification_loss(model, train_set.x[rows], train_set.y[rows]).backward()
+        if compute_time is not None:
+            c.compute(compute_time(t, w))
+        worker.push(keys, layout.flatten({n: p.grad for n, p in model.named_parameters()}))
+        worker.tick()
+        if on_step is not None:
+            on_step(t)
+    if w == 0:
+        _load(model, layout, worker.pull(keys))
+        curve.append(_score(c, started, steps, model, test_set))
+    worker.stop()
+    return curve
+
+
+def _load(model: MLP, layout: KeyLayout, values: np.ndarray) -> None:
+    for name, p in model.named_parameters():
+        p.data[...] = values[layout.table_slice(name)].reshape(p.data.shape)
+
+
+def _score(c, started, clock, model, test_set) -> tuple[float, int, float, float]:
+    loss = float(classification_loss(model, test_set.x, test_set.y).data)
+    return _seconds(c, started), clock, loss, accuracy(model, test_set.x, test_set.y)
+
+
+def _seconds(c: Communicator, started: float) -> float:
+    modelled = getattr(c.stats, "clock", None)
+    return modelled if modelled is not None else time.perf_counter() - started
+
+
+def _collect(c: Communicator, ps: ParameterServer, shard: np.ndarray) -> np.ndarray | None:
+    """Every server's final shard, on rank 0 (None elsewhere)."""
+    if c.rank != 0:
+        # communication: this server's shard to rank 0
+        c.send(np.ascontiguousarray(shard), 0, Tag.PS_COLLECT)
+        return None
+    parts = [shard]
+    for server in range(1, ps.servers):
+        first, end = ps.ranges[server]
+        part = np.empty(int(ps.layout.offsets[end] - ps.layout.offsets[first]), shard.dtype)
+        # communication: server `server`'s shard
+        parts.append(c.recv(part, server, Tag.PS_COLLECT))
+    return np.concatenate(parts)
