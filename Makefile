@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # more ranks than cores: MPICH yields instead of spinning while it waits
 MPIEXEC := MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(BIN)/mpiexec -n $(RANKS)
 
-.PHONY: demo test lint lab bench release grade clean
+.PHONY: demo test test-loaded lint lab bench release grade clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m ruff check minidist tests
 	$(BIN)/python -m pytest -q
+
+# the suite (or TESTS=...) while LOAD busy processes per core compete with it: no test may
+# depend on the machine's speed
+LOAD ?= 1
+test-loaded: $(STAMP)
+	$(BIN)/python -m minidist.util.saturate --per-core $(LOAD) -- $(BIN)/python -m pytest -q $(TESTS)
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check minidist tests

@@ -26,7 +26,11 @@ ROOT = course_root()
 LABS = known_labs(ROOT)
 FIXTURES = Path(__file__).parent / "fixtures"
 TOKEN = "minidist-left-behind-7f3a"
-CELL_TIMEOUT = 20
+CELL_TIMEOUT = 30  # no cell of a lab takes 3 s here, nor 10 s on a machine kept busy
+# Grading the class (~70 notebooks, two at a time) takes minutes, 3-4 times as long while
+# other work keeps the cores busy; each notebook is bounded by its lab's limits, so this
+# only stops a hang.
+CLASS_TIMEOUT = 3600
 pytestmark = pytest.mark.skipif(shutil.which("alembic") is None and not (
     Path(os.sys.executable).parent / "alembic").exists(), reason="nbgrader is not installed")
 
@@ -115,7 +119,7 @@ def graded_class(tmp_path_factory):
     return {(r.student, r.lab): r for r in results}, out, expected, deleted[-1]
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 @pytest.mark.parametrize("lab", LABS)
 def test_solution_scores_full_marks(graded_class, lab):
     results, out, *_ = graded_class
@@ -125,7 +129,7 @@ def test_solution_scores_full_marks(graded_class, lab):
     assert (out / "feedback" / "solution" / lab).glob("*.html")
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 @pytest.mark.parametrize("lab", LABS)
 def test_untouched_release_scores_zero(graded_class, lab):
     result = graded_class[0][("blank", lab)]
@@ -133,7 +137,7 @@ def test_untouched_release_scores_zero(graded_class, lab):
     assert all("not done yet" in p for p in result.problems), result.problems
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 def test_wrong_answers_lose_exactly_their_tasks(graded_class):
     results, _, expected, _ = graded_class
     assert expected, "every lab needs wrong submissions in tests/fixtures/labNN/"
@@ -146,7 +150,7 @@ def test_wrong_answers_lose_exactly_their_tasks(graded_class):
         assert {t for t, s in result.task_scores.items() if s == 0} == set(lost), fixture
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 def test_hostile_notebooks_only_hurt_themselves(graded_class):
     results, out, _, deleted_test = graded_class
     lab = LABS[0]
@@ -168,7 +172,7 @@ def test_hostile_notebooks_only_hurt_themselves(graded_class):
     assert next((out / "feedback" / "garbage" / lab).glob("*.html"))
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 def test_nothing_is_left_running(graded_class):
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -178,21 +182,21 @@ def test_nothing_is_left_running(graded_class):
                 pass
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 @pytest.mark.skipif(os.geteuid() != 0, reason="file-system isolation needs root (see README)")
 def test_sandbox_cannot_read_the_course(graded_class):
     result = graded_class[0][("snooper", LABS[0])]
     assert result.score == result.max_score, result.problems
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(CLASS_TIMEOUT)
 def test_grades_csv_has_every_submission(graded_class):
     results, out, *_ = graded_class
     rows = (out / "grades.csv").read_text().strip().splitlines()
     assert rows[0] == "student,lab,score,max_score,problems" and len(rows) == len(results) + 1
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_labs_folder_is_a_fresh_release(tmp_path):
     release(ROOT, dest=tmp_path)
     for lab in LABS:

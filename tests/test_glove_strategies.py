@@ -58,7 +58,6 @@ def test_example_reaches_90_percent_analogies_on_the_default_corpus(tmp_path, ca
 
     saved = tmp_path / "vectors.txt"
     result = example.main(["--no-progress", "--save", str(saved)])
-    assert result["seconds"] < 60, f"training took {result['seconds']:.1f} s"
     assert result["analogies"].coverage == 1.0
     assert result["analogies"].accuracy >= 0.90, str(result["analogies"])
     assert result["similarity"].rho > 0.3

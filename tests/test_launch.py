@@ -63,13 +63,14 @@ def test_a_rank_exception_names_the_rank_and_carries_its_traceback(backend):
             raise KeyError("missing gradient")
         c.recv(np.empty(1), 1)  # would wait forever for rank 1
 
-    start = time.monotonic()
+    # the other ranks are stopped, not waited for: had they been, the launch would end in a
+    # TimeoutError (in-process: their receives wait 600 s, past the launch's timeout)
+    options = {"recv_timeout": 600} if backend == "local" else {}
     with pytest.raises(RankError, match="rank 1 raised KeyError: 'missing gradient'") as info:
-        comm.launch(second_rank_fails, 3, backend=backend, timeout=45)
+        comm.launch(second_rank_fails, 3, backend=backend, timeout=45, **options)
     assert info.value.rank == 1
     assert "second_rank_fails" in info.value.traceback_text
     assert isinstance(info.value.__cause__, KeyError)
-    assert time.monotonic() - start < 20  # the other ranks were stopped, not waited for
 
 
 class ProcessWatcher:
@@ -109,17 +110,15 @@ class ProcessWatcher:
 
 @pytest.mark.mpi
 @mpi_only
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_a_timeout_ends_every_process(world_size):
     def sleeps(c):
-        time.sleep(60 if c.rank else 0.1)
+        time.sleep(600 if c.rank else 0.1)  # only a stop ends this job before the test's timeout
 
     watcher = ProcessWatcher()
-    start = time.monotonic()
     with pytest.raises(TimeoutError, match="within 2 s"):
         comm.launch(sleeps, world_size, backend="mpi", timeout=2)
-    assert time.monotonic() - start < 10
     assert len(watcher.seen) >= 1 + world_size  # it did see mpiexec and the ranks
     assert watcher.survivors() == []
 

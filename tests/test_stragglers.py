@@ -1,7 +1,12 @@
 """Stragglers: in synchronous data parallelism one slow rank slows every rank down.
 
-The model is tiny, so a step computes in well under a millisecond and the
-injected delay dominates: the checks are lower bounds that load cannot break.
+These are real clocks, so the checks must hold on a machine whose cores are
+kept busy by other work. The model is tiny: a step computes in about a
+millisecond, and the injected delay (0.2 s) is a hundred times that. So the
+checks are lower bounds that load cannot break (every rank's step lasts at
+least the delay) and comparisons whose two sides differ by the delay (a fast
+rank waits it out, the straggler does not), which load would have to stretch
+a step's work a hundredfold to overturn.
 """
 
 import sys
@@ -16,7 +21,7 @@ from minidist.bench.ddp import straggler_trial
 from minidist.comm import Straggler
 from minidist.viz import plot_timeline, summarize
 
-SIZES, BATCH, STEPS, DELAY = [16, 32, 4], 8, 4, 0.05
+SIZES, BATCH, STEPS, DELAY = [16, 32, 4], 8, 4, 0.2
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
@@ -30,7 +35,7 @@ def test_a_sleeping_rank_makes_every_rank_wait_and_the_trace_shows_it(tmp_path):
         kinds = [kind for kind, *_ in result["trace"]]
         assert kinds.count("compute") == kinds.count("wait") == STEPS
         if rank != 2:  # fast ranks: most of the delay is spent waiting after backward
-            assert total["wait"] >= 0.6 * STEPS * DELAY
+            assert total["wait"] >= 0.5 * STEPS * DELAY
             assert total["compute"] < total["wait"]
     assert totals[2]["compute"] >= STEPS * DELAY  # the straggler sleeps inside its compute
     assert totals[2]["wait"] < min(totals[0]["wait"], totals[1]["wait"])
@@ -42,8 +47,9 @@ def test_a_sleeping_rank_makes_every_rank_wait_and_the_trace_shows_it(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_the_in_process_straggler_option_delays_every_rank():
-    fast = md.launch(straggler_trial, 2, args=(SIZES, BATCH, STEPS, 0.0, 1), backend="local")
-    slow = md.launch(straggler_trial, 2, args=(SIZES, BATCH, STEPS, 0.0, 1), backend="local",
+    trial = (SIZES, BATCH, 2, 0.0, 1, 1)  # 2 steps after 1 of warm-up
+    fast = md.launch(straggler_trial, 2, args=trial, backend="local")
+    slow = md.launch(straggler_trial, 2, args=trial, backend="local",
                      stragglers={1: Straggler(delay=DELAY, sleep=True)})
     for rank in range(2):  # rank 1 sleeps before each message it sends: rank 0 waits for it
         assert slow[rank]["own_step"] >= DELAY > fast[rank]["own_step"]
@@ -72,12 +78,13 @@ def test_a_sleeping_rank_under_mpi_slows_every_rank():
 def test_the_recorder_times_blocks_from_its_origin():
     from minidist.parallel.timing import TraceRecorder
 
-    recorder = TraceRecorder()
+    readings = iter([10.0, 12.0, 12.5, 14.0])  # a clock read at: creation, start, the block
+    recorder = TraceRecorder(clock=lambda: next(readings))
     recorder.add("comm", 0.0, 1.0, lane="comm")
     recorder.start()  # forgets the earlier interval, time 0 is now
     with recorder.interval("compute"):
-        time.sleep(0.01)
-    [(kind, lane, start, end)] = recorder.to_list()
-    assert (kind, lane) == ("compute", "main") and 0 <= start < 0.01 <= end - start < 5
+        pass
+    assert recorder.to_list() == [("compute", "main", 0.5, 2.0)]
+    assert TraceRecorder().clock is time.perf_counter  # the wall clock by default
     with pytest.raises(ValueError, match="kind"):
         recorder.add("sleep", 0.0, 1.0)
