@@ -156,11 +156,11 @@ def test_traffic_matches_the_cost_in_the_docstrings():
     worker = cluster.stats[2]
     k = [LAYOUT.split(2)[s][1] - LAYOUT.split(2)[s][0] for s in range(2)]
     v = [int(LAYOUT.offsets[e] - LAYOUT.offsets[f]) for f, e in LAYOUT.split(2)]
-    per_step_sent = sum(2 * 40 + 8 * k[s] + (8 * k[s] + 8 * v[s]) + 40 for s in range(2))
+    per_step_sent = sum(2 * 48 + 8 * k[s] + (8 * k[s] + 8 * v[s]) + 48 for s in range(2))
     per_step_recv = sum((8 + 8 * v[s]) + 8 for s in range(2))
     assert sum(k) == keys and sum(v) == values
     assert worker.messages_sent == STEPS * 2 * 5 + 2  # pull 2, push 2, tick 1; stop
-    assert worker.bytes_sent == STEPS * per_step_sent + 2 * 40
+    assert worker.bytes_sent == STEPS * per_step_sent + 2 * 48
     assert worker.messages_recv == STEPS * 2 * 2
     assert worker.bytes_recv == STEPS * per_step_recv
 

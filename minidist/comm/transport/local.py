@@ -176,17 +176,19 @@ class LocalCommunicator(Communicator):
             requests[index].wait()  # completes it (a hopeless one raises at the caller's wait)
         return index
 
-    def arrival(self, request: Request) -> float:
-        """Block until the message of the receive ``request`` has arrived, without
-        completing it: this rank's modelled clock does not move. Returns when the
-        message was sent, on the modelled clock. A server that simulates a network
-        uses it to answer requests in the order they were sent, not the order its
-        threads happened to run."""
+    def peek(self, request: Request) -> np.ndarray:
+        """Block until the message of the receive ``request`` has arrived and return its
+        data (read-only), without completing the receive: this rank's modelled clock
+        does not move. A server that simulates a network reads every pending request
+        this way, then completes (``wait``) the one a real network would have
+        delivered first."""
         if not isinstance(request, _RecvRequest):
-            raise TypeError(f"rank {self.rank}: arrival() takes a receive request, "
+            raise TypeError(f"rank {self.rank}: peek() takes a receive request, "
                             f"got {type(request).__name__}")
         self.fabric.block_until(self.state.world_rank, request.wait_for)
-        return request.posted.message.start
+        data = request.posted.message.data.view()
+        data.flags.writeable = False
+        return data
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:

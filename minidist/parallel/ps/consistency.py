@@ -6,15 +6,21 @@ clock c reads the parameters for its iteration c. Which updates must that
 read include?
 
 - **BSP** (bulk synchronous parallel): all of iterations 0..c-1 of every
-  worker. A read at clock c waits until *every* worker has finished
-  iteration c-1: a barrier every clock. The slowest worker sets the pace.
+  worker, and none of iteration c. A read at clock c waits until *every*
+  worker has finished iteration c-1: a barrier every clock; and the servers
+  hold each push until the barrier after its iteration, so that every read
+  of a clock sees the same weights, however the messages were timed
+  (synchronous SGD, exactly). The slowest worker sets the pace.
 - **ASP** (asynchronous parallel): none are promised. Reads are answered
   at once with whatever has arrived; staleness is unbounded (reported as a
   histogram, never bounded).
 - **SSP(s)** (stale synchronous parallel, Ho et al. 2013): those of
   iterations 0..c-s-1. A worker may run at most s clocks ahead of the
-  slowest; the read waits while ``c - min(clocks) > s``. SSP(0) is BSP,
-  SSP(∞) is ASP.
+  slowest; the read waits while ``c - min(clocks) > s``. Pushes are
+  applied as they come, so a read may also see newer updates. SSP(∞) is
+  ASP; SSP(0) waits like BSP, and equals it when no push of a clock comes
+  before a read of the same clock (as in the modelled-clock order, where
+  all of a clock's reads are answered at its barrier).
 
 A read's **staleness** is ``c - min(clocks)`` when it is answered: how many
 clocks the slowest worker is behind the reader, the number of iterations
@@ -41,6 +47,7 @@ class Consistency:
 
     name = "consistency"
     staleness: float = float("inf")  # the most clocks a read may lag (the rule's bound)
+    holds_updates = False  # True: a push waits for the barrier (BSP), else applied at once
 
     def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
         raise NotImplementedError
@@ -54,6 +61,7 @@ class BSP(Consistency):
 
     name = "bsp"
     staleness = 0
+    holds_updates = True  # a push is applied at the barrier after its iteration
 
     def may_serve(self, clock: int, clocks: Sequence[int]) -> bool:
         return all(other >= clock for other in clocks)

@@ -21,8 +21,12 @@ dtype side by side without conversion. A server answers one worker's
 requests in the order they were sent (MPI keeps a sender's messages to one
 receiver in order), so a worker posts its answers' receives in that order.
 
-The header also carries the worker's **clock** (iterations finished) and
-the **version** of the shard its gradient was computed from (staleness).
+The header also carries the worker's **clock** (iterations finished), the
+**version** of the shard its gradient was computed from (staleness), and a
+**timestamp**: on the in-process transport, the worker's modelled time when
+it began the request (the same in the copies to every server), by which
+servers take requests in the order a network would deliver them, the same
+on every run (``server.py``, deterministic order).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from enum import IntEnum
 
 import numpy as np
 
-HEADER_FIELDS = 5
+HEADER_FIELDS = 6
 HEADER_BYTES = 8 * HEADER_FIELDS
 
 
@@ -48,21 +52,25 @@ class Kind(IntEnum):
 
 @dataclass(frozen=True)
 class Header:
-    """A request's header: five int64 on the wire."""
+    """A request's header: six int64 on the wire (the timestamp as its float64 bits)."""
 
     kind: Kind
     clock: int = 0
     keys: int = 0  # how many keys the payload carries
     values: int = 0  # how many values follow them (a push's gradient rows)
     version: int = -1  # the shard version a pushed gradient was computed from
+    timestamp: float = 0.0
 
     def to_array(self) -> np.ndarray:
-        return np.array([self.kind, self.clock, self.keys, self.values, self.version], np.int64)
+        wire = np.array([self.kind, self.clock, self.keys, self.values, self.version, 0],
+                        np.int64)
+        wire[5:].view(np.float64)[0] = self.timestamp
+        return wire
 
     @classmethod
     def from_array(cls, wire: np.ndarray) -> Header:
-        kind, clock, keys, values, version = (int(v) for v in wire)
-        return cls(Kind(kind), clock, keys, values, version)
+        kind, clock, keys, values, version, _ = (int(v) for v in wire)
+        return cls(Kind(kind), clock, keys, values, version, float(wire[5:].view(np.float64)[0]))
 
     def payload_bytes(self, itemsize: int) -> int:
         return 8 * self.keys + itemsize * self.values

@@ -19,7 +19,11 @@ The same code runs under MPI and on the in-process transport. There, by
 default, servers take requests in the order of the workers' modelled
 clocks (``server.py``), so a run is the same to the bit every time
 ("deterministic mode"); stragglers and failures come from the cluster
-(``LocalCluster(stragglers=..., failures=...)``).
+(``LocalCluster(stragglers=..., failures=...)``). Deterministic mode needs
+workers that talk to the servers only: a server waits for every running
+worker's next request, and a worker blocked on another worker (say, in an
+allreduce of its own) would never send it. Such runs pass
+``deterministic=False``: requests are then taken as they arrive.
 
 A checkpoint directory (``checkpoint=``) lets workers call
 ``worker.checkpoint()`` at a clock they all reach; ``resume=True`` starts

@@ -7,31 +7,38 @@ A server's loop, per request:
 2. **Choose** the next request. Under MPI: whichever arrives first
    (``wait_any``). On the in-process transport (deterministic order, the
    default there): wait until every listening worker has spoken, then take
-   the request sent first on the modelled clock (ties by worker;
-   ``LocalCommunicator.arrival``): the order in which a real network would
-   have delivered them, and the same on every run. A worker whose read is parked sends
-   nothing until it is answered (``worker.py``), so it is not waited for.
+   the request begun first on the modelled clock (the header's timestamp;
+   ties by worker), reading the headers without receiving them
+   (``LocalCommunicator.peek``), so that waiting costs no modelled time: the
+   order in which a real network would have delivered them, the same on
+   every run and on every server (each sees every request, ``worker.py``).
+   A worker whose read is parked sends nothing until it is answered
+   (``worker.py``), so it is not waited for.
 3. **Handle** it:
    - PUSH: receive the rows; τ = version now - the version the gradient
      was computed from; apply the update (``ShardState.apply``), or add it
      to n-softsync's accumulator and apply the average once c have come;
-     acknowledge with the version.
+     acknowledge with the version. Under BSP the push is held (and
+     acknowledged) until every running worker has finished its iteration,
+     then applied: step 4.
    - PULL: receive the keys; answer with the version and the rows if the
      consistency rule allows a read at the worker's clock, else park it.
    - CLOCK: the worker finished an iteration: record its clock.
    - CHECKPOINT: the worker waits at a checkpoint: once every running
      worker has asked at the same clock, save the shard, then answer them.
    - STOP: the worker is done; it no longer counts in the clocks.
-4. **Unpark** the reads the clocks now allow, earliest first.
+4. **Apply** BSP's held pushes whose iteration every worker has finished;
+   **unpark** the reads the clocks now allow, by worker.
 
 A worker that ends without STOP (its receive raises: the rank failed or
 finished) is dropped from the clocks with a message naming it, and the
 others go on.
 
 Cost per request, for k keys holding v values of b bytes, on the server:
-a PUSH receives 2 messages (40 B header, 8k + b·v payload) and sends one
-of 8 B; a PULL receives 40 B and 8k B and sends 8 + b·v B; CLOCK and STOP
-one 40 B message each. Work: O(v) per push or pull.
+a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
+of 8 B; a PULL receives 48 B and 8k B and sends 8 + b·v B (a request with
+k = 0, for keys other servers hold: the header and an 8 B answer); CLOCK and
+STOP one 48 B message each. Work: O(v) per push or pull.
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ class Server:
         self.clocks = {w: clock for w in range(len(workers))}  # running workers' clocks
         self.parked: dict[int, tuple[Header, np.ndarray]] = {}  # worker -> its waiting read
         self.at_checkpoint: dict[int, Header] = {}
+        self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
 
     def serve(self, shard: ShardState) -> ServerReport:
@@ -121,6 +129,7 @@ class Server:
             if header.kind is not Kind.STOP:
                 listening[worker] = self._listen(worker)
             self._unpark()
+        self._apply_held()
         return ServerReport(self.server, self.key_range, self.shard.values,
                             self.shard.version, self.log, self.requests, self.dropped)
 
@@ -138,15 +147,15 @@ class Server:
             raise CommError(f"parameter server {self.server}: every running worker waits for "
                             f"it (reads parked: {sorted(self.parked)}, at a checkpoint: "
                             f"{sorted(self.at_checkpoint)}) and no rule lets any go on")
-        if self.deterministic:  # the request sent first, in modelled time
-            sent = {}
+        if self.deterministic:  # the request begun first, in modelled time
+            begun = {}
             for w in speaking:
                 try:
-                    sent[w] = self.c.arrival(listening[w].request)
+                    begun[w] = Header.from_array(self.c.peek(listening[w].request)).timestamp
                 except CommError as err:
                     self._drop(w, listening, err)
                     return None
-            worker = min(speaking, key=lambda w: (sent[w], w))
+            worker = min(speaking, key=lambda w: (begun[w], w))
         else:  # the request that arrives first
             worker = speaking[self.c.wait_any([listening[w].request for w in speaking])]
         try:
@@ -169,10 +178,14 @@ class Server:
         kind = header.kind
         if kind in (Kind.PUSH, Kind.PULL):
             payload = np.empty(header.payload_bytes(self.dtype.itemsize), np.uint8)
-            # communication: the request's keys (and, for a push, their gradient rows)
-            self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
+            if header.keys:  # none: the worker asked other servers only
+                # communication: the request's keys (and, for a push, their gradient rows)
+                self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
             keys, rows = unpack(payload, header.keys, self.dtype)
-            if kind is Kind.PUSH:
+            if kind is Kind.PUSH and self.rule.holds_updates and keys.size:
+                self.held.append((worker, header, keys, rows))  # until the barrier
+                self._acknowledge(worker)
+            elif kind is Kind.PUSH:
                 self._push(worker, header, keys, rows)
             else:
                 self.parked[worker] = (header, keys.copy())
@@ -183,7 +196,11 @@ class Server:
         else:
             del self.clocks[worker]
 
-    def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray) -> None:
+    def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
+              acknowledge: bool = True) -> None:
+        if not keys.size:  # nothing for this shard: acknowledge only
+            self._acknowledge(worker)
+            return
         first = self.key_range[0]
         tau = max(0, self.shard.version - header.version)
         self.log.gradients[tau] += 1
@@ -195,12 +212,28 @@ class Server:
             touched, mean = self.accumulator.take()
             index = self.layout.value_index(touched + first, base=first)
             self.shard.apply(index, mean[index])
+        if acknowledge:
+            self._acknowledge(worker)
+
+    def _acknowledge(self, worker: int) -> None:
         # communication: the acknowledgement carries the shard's version
         self.c.send(np.array([self.shard.version], np.int64).view(np.uint8),
                     self.workers[worker], Tag.PS_REPLY)
 
     # --- 4. answer the reads the clocks allow ------------------------------------------
+    def _apply_held(self) -> None:
+        """BSP: apply, in the order they came, the pushes of every iteration all running
+        workers have finished (all of them once no worker runs)."""
+        barrier = min(self.clocks.values(), default=None)
+        held, self.held = self.held, []
+        for worker, header, keys, rows in held:
+            if barrier is None or header.clock < barrier:
+                self._push(worker, header, keys, rows, acknowledge=False)
+            else:
+                self.held.append((worker, header, keys, rows))
+
     def _unpark(self) -> None:
+        self._apply_held()
         clocks = list(self.clocks.values())
         for worker, (header, keys) in sorted(self.parked.items()):
             if self.rule.may_serve(header.clock, clocks):

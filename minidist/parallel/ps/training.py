@@ -30,7 +30,7 @@ import numpy as np
 
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
-from minidist.data import load_digits, standardize
+from minidist.data import Dataset, load_digits, standardize
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.nn import MLP
 from minidist.parallel.ps.consistency import StalenessLog
@@ -57,6 +57,11 @@ class PSRun:
         return next((t for t, _, loss, _ in self.curve if loss <= target), None)
 
 
+def digits() -> tuple[Dataset, Dataset]:
+    """The digits, split 80/20 (seed 0) and standardized: every run's data."""
+    return standardize(*load_digits(test_fraction=0.2, seed=0))
+
+
 def mlp_layout(model: MLP) -> KeyLayout:
     """One table per parameter: a weight's rows are keys, a bias is one key."""
     return KeyLayout.of_arrays({name: p.data.shape for name, p in model.named_parameters()})
@@ -64,10 +69,14 @@ def mlp_layout(model: MLP) -> KeyLayout:
 
 def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: int = 64,
               seed: int = 0, compute_time: ComputeTime | None = None, eval_every: int = 10,
-              on_step: Callable[[int], Any] | None = None, **ps_options: Any) -> PSRun:
+              on_step: Callable[[int], Any] | None = None,
+              data: tuple[Dataset, Dataset] | None = None, **ps_options: Any) -> PSRun:
     """Train the digits MLP for ``steps`` clocks per worker; ``ps_options`` go to
-    ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync...)."""
-    train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=0))
+    ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync...).
+
+    ``data``: the (train, test) sets, standardized (default: ``digits()``); in-process
+    ranks may share one copy, read only."""
+    train_set, test_set = data if data is not None else digits()
     model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
                       dtype=np.float64)
     layout = mlp_layout(model)

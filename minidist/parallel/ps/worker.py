@@ -8,8 +8,12 @@
 ``ipull`` and ``ipush`` are the non-blocking forms: they return a handle
 whose ``wait()`` returns the rows (a pull) or the versions (a push), so a
 worker can overlap its next computation with the traffic. A worker splits
-each request by server (``keys.py``: one key range per server) and sends one
-request to each server that holds some of its keys.
+each request by server (``keys.py``: one key range per server) and sends it
+to every server, with the keys that server holds, perhaps none: the servers
+then all see the same sequence of requests from each worker, which keeps
+their clocks, and on the in-process transport their orders, in step (a
+server that never heard of a worker's pull might wait for that worker while
+it waits for another server).
 
 One rule keeps the servers' order deterministic: after a pull, a worker
 sends nothing until the pull's answer has come (the server may be holding
@@ -17,9 +21,9 @@ the read back until slower workers catch up). A request made while a pull is
 outstanding first waits for it.
 
 Traffic per request to one server holding k of the keys (v values, b
-bytes each): a push sends 40 B and 8k + b·v B and receives 8 B; a pull
-sends 40 B and 8k B and receives 8 + b·v B; tick, stop: 40 B to every
-server.
+bytes each): a push sends 48 B and 8k + b·v B and receives 8 B; a pull
+sends 48 B and 8k B and receives 8 + b·v B (with k = 0: the 48 B header
+and the 8 B answer only); tick, stop: 48 B to every server.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Worker:
         self.versions = [0] * len(servers)  # the version of each shard last pulled
         self.outstanding_pull: Handle | None = None
         self.outstanding_pushes: list[Handle] = []
+        self.begun = 0.0  # when the request being sent began (modelled clock; 0 under MPI)
 
     # --- the requests ------------------------------------------------------------------------
     def ipull(self, keys: np.ndarray) -> Handle:
@@ -69,7 +74,8 @@ class Worker:
         for server, part in parts:
             answer = np.empty(8 + self.layout.value_count(part) * self.dtype.itemsize, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
-            self._request(server, Header(Kind.PULL, self.clock, part.size), pack(part))
+            self._request(server, Header(Kind.PULL, self.clock, part.size),
+                          pack(part) if part.size else None)
         handle = Handle(answers, lambda done: self._assemble(keys, order, parts, done))
         self.outstanding_pull = handle
         return handle
@@ -96,7 +102,8 @@ class Worker:
             answer = np.empty(8, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
             header = Header(Kind.PUSH, self.clock, part.size, count, self.versions[server])
-            self._request(server, header, pack(part, gradient[start:start + count]))
+            self._request(server, header, pack(part, gradient[start:start + count])
+                          if part.size else None)
             start += count
         handle = Handle(answers, lambda done: [int(a.view(np.int64)[0]) for _, _, a in done])
         self.outstanding_pushes.append(handle)
@@ -133,12 +140,13 @@ class Worker:
 
     # --- beneath: routing, sending, assembling ------------------------------------------------
     def _route(self, keys: np.ndarray) -> tuple[np.ndarray | None, list[tuple[int, np.ndarray]]]:
-        """(the sorting order, None if sorted already; [(server, its keys, ascending)])."""
+        """(the sorting order, None if sorted already; [(server, its keys, ascending)] for
+        every server, some perhaps with none)."""
         order = None if np.all(keys[1:] > keys[:-1]) else np.argsort(keys, kind="stable")
         ordered = keys if order is None else keys[order]
         cuts = np.searchsorted(ordered, [first for first, _ in self.ranges[1:]])
         parts = np.split(ordered, cuts)
-        return order, [(s, part) for s, part in enumerate(parts) if part.size]
+        return order, list(enumerate(parts))
 
     def _ask(self, server: int, answer: np.ndarray) -> Request:
         # communication: posted before the request, so a long answer never waits for it
@@ -148,6 +156,10 @@ class Worker:
         if self.outstanding_pull is not None:
             self.outstanding_pull.wait()
             self.outstanding_pull = None
+        if server == 0:  # a new request begins: its copies to every server carry this time
+            self.begun = float(getattr(self.c.stats, "clock", 0.0))
+        header = Header(header.kind, header.clock, header.keys, header.values, header.version,
+                        self.begun)
         # communication: the header, then (push, pull) the keys and rows
         self.c.send(header.to_array(), self.servers[server], Tag.PS_REQUEST)
         if payload is not None:
@@ -155,6 +167,8 @@ class Worker:
 
     def _assemble(self, keys: np.ndarray, order: np.ndarray | None,
                   parts: list[tuple[int, np.ndarray]], answers: list) -> np.ndarray:
+        if not answers:  # no keys asked for
+            return np.empty(0, self.dtype)
         rows = []
         for server, _, answer in answers:
             self.versions[server], part_rows = version_and_rows(answer, self.dtype)

@@ -1,0 +1,51 @@
+"""Hot spots: power-law ids make the servers of the popular key ranges the busiest;
+replicating the hottest keys on the workers cuts their load and trains the same model."""
+
+import numpy as np
+import pytest
+
+from minidist.comm import LocalCluster
+from minidist.parallel.ps.hotspots import (
+    assemble,
+    choose_hot_keys,
+    mf_layout,
+    ratings,
+    rmse,
+    train_mf,
+)
+
+SERVERS, WORKERS, DIM = 4, 3, 8
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ratings(num_users=2000, num_items=2000, count=20_000, dim=DIM)
+
+
+def run(data, hot):
+    cluster = LocalCluster(SERVERS + WORKERS)
+    results = cluster.run(lambda c: train_mf(c, data, servers=SERVERS, hot=hot, steps=12,
+                                             batch=128, dim=DIM), timeout=120)
+    load = np.array([cluster.stats[s].bytes_recv + cluster.stats[s].bytes_sent
+                     for s in range(SERVERS)])
+    return assemble(results, mf_layout(data, DIM)), load, results
+
+
+def test_replicating_hot_keys_cuts_the_busiest_server_and_trains_the_same_model(data):
+    plain, plain_load, plain_results = run(data, hot=0)
+    replicated, replicated_load, _ = run(data, hot=256)
+    assert plain_load.max() > 1.5 * plain_load.mean()  # the popular ranges' servers
+    assert replicated_load.max() < 0.75 * plain_load.max()
+    np.testing.assert_allclose(replicated, plain, rtol=0, atol=1e-12)
+    losses = plain_results[SERVERS].losses
+    assert losses[-1] < losses[0]
+    layout = mf_layout(data, DIM)
+    untrained = np.random.default_rng(1).normal(0, 0.1, layout.num_values)  # train_mf's start
+    assert rmse(data, layout, plain, DIM) < rmse(data, layout, untrained, DIM)
+
+
+def test_hot_keys_are_the_most_requested_ties_to_the_smaller_key():
+    accessed = np.array([5, 5, 5, 2, 2, 9, 9, 1])
+    np.testing.assert_array_equal(choose_hot_keys(accessed, 2), [2, 5])
+    np.testing.assert_array_equal(choose_hot_keys(accessed, 3), [2, 5, 9])
+    assert choose_hot_keys(accessed, 0).size == 0
