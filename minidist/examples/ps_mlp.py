@@ -1,0 +1,237 @@
+"""Train the course's MLP through a parameter server: BSP, SSP or ASP, with or without a straggler.
+
+    mpirun -n 4 python -m mpi4py -m minidist.examples.ps_mlp --consistency ssp --staleness 3
+    mpirun -n 4 python -m mpi4py -m minidist.examples.ps_mlp --consistency bsp --straggler 3:2
+    python -m minidist.examples.ps_mlp --ranks 4 --consistency asp --plot loss.png   # in-process
+
+Ranks 0..S-1 are servers (``--servers S``), the others workers. Each worker,
+every clock, pulls the weights, computes the gradient of its own batch, pushes
+it and ticks its clock (``minidist.parallel.ps.training.train_mlp``). The
+servers apply the optimiser (``--optimizer``, ``--lr``; ``--staleness-aware``
+scales each gradient's step by 1/τ, τ the updates it missed; ``--softsync N``
+applies the average of ⌊W/N⌋ gradients as one update) and enforce the
+consistency model: ``bsp``, a barrier every clock; ``ssp``, no worker more
+than ``--staleness`` clocks ahead of the slowest; ``asp``, none.
+
+``--straggler RANK:FACTOR`` makes the worker of rank RANK FACTOR times slower.
+Under MPI it really sleeps, before each push, (FACTOR-1)× its own step as
+measured (pull and gradient; the median of its last few steps, from its
+second step on). Without mpirun, ``--ranks`` ranks run as threads of this
+process on a modelled clock: each step costs ``--compute`` modelled seconds,
+FACTOR times that on the straggler, and a run is the same to the bit every time.
+
+Worker 0 shows a progress bar and scores the model on the test set every
+``--eval-every`` clocks (``--plot PATH`` draws that test loss against time);
+rank 0 prints a summary line: the final model's accuracy and loss, the time,
+when worker 0 first saw the test loss at ``--target`` or below, the staleness
+of the reads server 0 answered (clocks behind the slowest worker), and the
+requests the servers received (messages and bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import deque
+
+import numpy as np
+from tqdm import tqdm
+
+from minidist.comm import Communicator, LocalCluster, LocalCommunicator, Straggler, allreduce, world
+from minidist.parallel.ps import ServerOptimizer, consistency
+from minidist.parallel.ps.training import train_mlp
+
+LEARNING_RATES = {"sgd": 0.1, "adagrad": 0.05, "adam": 0.003}  # each rule's default
+
+
+class SleepingStraggler:
+    """A worker made ``factor`` times slower in real time, through ``train_mlp``'s hooks.
+
+    ``compute_time`` (called once the gradient is computed, before the push) sleeps
+    (factor-1)× the median of the last ``window`` steps measured; a step is measured
+    from ``on_step`` (the previous step's end) to ``compute_time``: the pull and the
+    gradient. The median keeps worker 0's scoring and the machine's hiccups out.
+    """
+
+    def __init__(self, factor: float, window: int = 5) -> None:
+        self.factor, self.step_began = factor, None
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def compute_time(self, clock: int, worker: int) -> float:
+        if self.step_began is not None:
+            self.recent.append(time.perf_counter() - self.step_began)
+        if self.recent:
+            time.sleep((self.factor - 1) * statistics.median(self.recent))
+        return 0.0  # real time passed: nothing to add to a modelled clock
+
+    def on_step(self, clock: int) -> None:
+        self.step_began = time.perf_counter()
+
+
+def parse_straggler(text: str) -> tuple[int, float]:
+    """'3:2' -> (rank 3, 2x slower)."""
+    rank, sep, factor = text.partition(":")
+    try:
+        parsed = int(rank), float(factor)
+    except ValueError:
+        parsed = None
+    if not sep or parsed is None or parsed[1] < 1:
+        raise ValueError(f"--straggler wants RANK:FACTOR with FACTOR >= 1 (e.g. 3:2), "
+                         f"got {text!r}")
+    return parsed
+
+
+def ps_options(args: argparse.Namespace, ranks: int) -> dict:
+    """The ``ParameterServer`` options the command line asks for on ``ranks`` ranks,
+    checked here, before any message, so a mistake is the same error on every rank."""
+    if args.servers < 1 or args.servers >= ranks:
+        raise ValueError(f"--servers {args.servers} on {ranks} ranks: need 1 <= servers < "
+                         f"ranks, so that at least one rank is a worker")
+    workers = ranks - args.servers
+    if args.softsync is not None and not 1 <= args.softsync <= workers:
+        raise ValueError(f"--softsync {args.softsync}: n must be in 1..{workers} (the workers)")
+    if args.straggler is not None and not args.servers <= args.straggler[0] < ranks:
+        raise ValueError(f"--straggler rank {args.straggler[0]}: the workers are ranks "
+                         f"{args.servers}..{ranks - 1}")
+    if args.steps < 1 or args.eval_every < 1:
+        raise ValueError(f"--steps and --eval-every must be >= 1, got {args.steps} and "
+                         f"{args.eval_every}")
+    staleness = args.staleness if args.consistency == "ssp" else None
+    lr = args.lr if args.lr is not None else LEARNING_RATES[args.optimizer]
+    return dict(servers=args.servers, consistency=consistency(args.consistency, staleness),
+                softsync=args.softsync,
+                optimizer=ServerOptimizer(args.optimizer, lr, staleness_aware=args.staleness_aware))
+
+
+def run(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dict:
+    """One rank's part of the run; rank 0 returns the summary, the others ``{"run": ...}``."""
+    options = ps_options(args, c.size)
+    worker = c.rank - args.servers
+    hooks, compute_time = [], None
+    if isinstance(c, LocalCommunicator):  # modelled time (a straggler's slowdown included)
+        def compute_time(clock: int, w: int) -> float:
+            return args.compute
+    elif args.straggler is not None and args.straggler[0] == c.rank:
+        slow = SleepingStraggler(args.straggler[1])
+        compute_time = slow.compute_time
+        hooks.append(slow.on_step)
+    bar = tqdm(total=args.steps, desc=f"worker 0 ({options['consistency']})",
+               disable=not progress or worker != 0)
+    hooks.append(lambda clock: bar.update())
+    result = train_mlp(c, steps=args.steps, batch_size=args.batch_size, hidden=args.hidden,
+                       seed=args.seed, compute_time=compute_time, eval_every=args.eval_every,
+                       on_step=lambda clock: [hook(clock) for hook in hooks], **options)
+    bar.close()
+    reached = result.time_to_loss(args.target) if worker == 0 else None
+    server = c.rank < args.servers
+    mine = np.array([reached if reached is not None else (np.nan if worker == 0 else 0.0),
+                     c.stats.messages_recv if server else 0, c.stats.bytes_recv if server else 0])
+    # communication: rank 0 learns worker 0's time to the target and the servers' traffic
+    reached, messages, nbytes = allreduce(mine, c)
+    if c.rank != 0:
+        return {"run": result}
+    return {"run": result, "accuracy": result.accuracy, "loss": result.loss,
+            "seconds": result.seconds, "time_to_target": None if np.isnan(reached) else reached,
+            "messages": int(messages), "bytes": int(nbytes)}
+
+
+def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: bool) -> str:
+    reads = summary["run"].staleness.reads
+    count = sum(reads.values())
+    mean = sum(s * n for s, n in reads.items()) / count if count else 0.0
+    reached = summary["time_to_target"]
+    clock = "modelled s" if modelled else "s"
+    return (f"{args.consistency}{f'({args.staleness})' if args.consistency == 'ssp' else ''}, "
+            f"{args.servers} server(s) + {ranks - args.servers} worker(s), {args.steps} clocks: "
+            f"test accuracy {summary['accuracy']:.2%}, loss {summary['loss']:.4f}, "
+            f"{summary['seconds']:.3g} {clock}; loss <= {args.target} at "
+            f"{'never' if reached is None else f'{reached:.3g} {clock}'}; read staleness max "
+            f"{max(reads, default=0)} mean {mean:.2f} (server 0); servers received "
+            f"{summary['messages']} messages, {summary['bytes'] / 1e6:.1f} MB")
+
+
+def plot_curve(curve: list[tuple[float, int, float, float]], path: str, title: str,
+               modelled: bool) -> None:
+    """Worker 0's test loss against time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([t for t, *_ in curve], [loss for _, _, loss, _ in curve], "o-", markersize=3)
+    ax.set_xlabel("modelled seconds" if modelled else "seconds")
+    ax.set_ylabel("test loss (worker 0's reads)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=1, help="S: ranks 0..S-1 serve")
+    parser.add_argument("--consistency", choices=("bsp", "ssp", "asp"), default="ssp")
+    parser.add_argument("--staleness", type=int, default=3, help="s of SSP(s)")
+    parser.add_argument("--softsync", type=int, default=None,
+                        help="n of n-softsync: one update per floor(W/n) gradients")
+    parser.add_argument("--staleness-aware", action="store_true",
+                        help="each gradient's step scaled by 1/tau (Zhang et al. 2016)")
+    parser.add_argument("--optimizer", choices=tuple(LEARNING_RATES), default="sgd")
+    parser.add_argument("--lr", type=float, default=None,
+                        help=f"learning rate (default: {LEARNING_RATES})")
+    parser.add_argument("--straggler", type=parse_straggler, default=None,
+                        metavar="RANK:FACTOR", help="this worker rank is FACTOR times slower")
+    parser.add_argument("--steps", type=int, default=200, help="clocks per worker")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=10, help="worker 0 scores every k clocks")
+    parser.add_argument("--target", type=float, default=0.3, help="the test loss to time")
+    parser.add_argument("--plot", default=None, help="save worker 0's loss against time (PNG)")
+    parser.add_argument("--ranks", type=int, default=None,
+                        help="in-process ranks when not under mpirun (default 4)")
+    parser.add_argument("--compute", type=float, default=1e-3,
+                        help="in-process: modelled seconds of one worker step")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the command line; returns rank 0's summary (None on the other MPI ranks)."""
+    args = parse_args(argv)
+    c = world()
+    modelled = isinstance(c, LocalCommunicator)
+    ranks = (args.ranks or 4) if modelled else c.size
+    try:
+        if not modelled and args.ranks not in (None, c.size):
+            raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
+                             "the ranks are mpirun's -n")
+        ps_options(args, ranks)
+    except ValueError as err:
+        sys.stderr.write(f"ps_mlp (rank {c.rank}): {err}\n")  # one write: lines stay whole
+        sys.stderr.flush()
+        c.barrier()  # every rank has said it before the first one's exit ends the job
+        raise SystemExit(2) from None
+    if modelled:
+        slow = {args.straggler[0]: Straggler(slowdown=args.straggler[1])} if args.straggler else {}
+        results = LocalCluster(ranks, stragglers=slow).run(run, args=(args,), timeout=None)
+        summary, curve = results[0], results[args.servers]["run"].curve
+    else:
+        summary = run(c, args)
+        curve = summary["run"].curve if c.rank == args.servers else None
+    if args.plot and curve is not None:
+        plot_curve(curve, args.plot, f"{args.consistency}, {ranks - args.servers} workers"
+                   + (f", rank {args.straggler[0]} {args.straggler[1]:g}x slower"
+                      if args.straggler else ""), modelled)
+    if c.rank == 0:
+        print(summary_line(summary, args, ranks, modelled), flush=True)
+        return summary
+    return None
+
+
+if __name__ == "__main__":
+    main()
