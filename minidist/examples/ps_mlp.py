@@ -78,8 +78,8 @@ def parse_straggler(text: str) -> tuple[int, float]:
     except ValueError:
         parsed = None
     if not sep or parsed is None or parsed[1] < 1:
-        raise ValueError(f"--straggler wants RANK:FACTOR with FACTOR >= 1 (e.g. 3:2), "
-                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"wants RANK:FACTOR with FACTOR >= 1 (e.g. 3:2), "
+                                         f"got {text!r}")
     return parsed
 
 

@@ -1,0 +1,66 @@
+"""The ps_mlp example's command line on in-process ranks (modelled clock): what it runs,
+prints and draws, and its clear errors. Its MPI side is in test_ps_mpi.py."""
+
+import pytest
+
+from minidist.examples import ps_mlp
+
+QUICK = ["--steps", "20", "--eval-every", "5", "--ranks", "4"]
+
+
+@pytest.mark.timeout(60)
+def test_a_run_prints_its_summary_draws_its_plot_and_repeats_to_the_bit(tmp_path, capsys):
+    plot = tmp_path / "loss.png"
+    args = [*QUICK, "--consistency", "ssp", "--staleness", "2", "--straggler", "3:2"]
+    first = ps_mlp.main([*args, "--plot", str(plot)])
+    out = capsys.readouterr().out
+    assert "ssp(2), 1 server(s) + 3 worker(s), 20 clocks: test accuracy" in out
+    assert "modelled s" in out and plot.stat().st_size > 0
+    assert first["accuracy"] > 0.5  # 20 clocks of 3 workers; chance is 10%
+    reads = first["run"].staleness.reads
+    assert max(reads) <= 2 and sum(reads.values()) == 3 * 20 + 1
+    again = ps_mlp.main(args)
+    assert (again["loss"], again["seconds"], again["time_to_target"]) == \
+        (first["loss"], first["seconds"], first["time_to_target"])
+
+
+@pytest.mark.timeout(60)
+def test_a_straggler_doubles_bsps_modelled_time_and_asp_does_not_wait_for_it():
+    plain = ps_mlp.main([*QUICK, "--consistency", "bsp"])
+    bsp = ps_mlp.main([*QUICK, "--consistency", "bsp", "--straggler", "3:2"])
+    asp = ps_mlp.main([*QUICK, "--consistency", "asp", "--straggler", "3:2"])
+    assert bsp["seconds"] > 1.5 * plain["seconds"]  # every clock waits for the straggler
+    assert set(bsp["run"].staleness.reads) == {0}
+    assert max(asp["run"].staleness.reads) > 2  # the fast workers ran ahead
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("options", [
+    ["--optimizer", "adam", "--servers", "2"],
+    ["--optimizer", "adagrad", "--lr", "0.05", "--consistency", "asp"],
+    ["--softsync", "1", "--staleness-aware", "--consistency", "bsp"],
+])
+def test_optimizers_softsync_and_several_servers_train(options):
+    assert ps_mlp.main([*QUICK, "--steps", "30", *options])["accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--servers", "4"], "--servers 4 on 4 ranks: need 1 <= servers < ranks"),
+    (["--softsync", "4"], "--softsync 4: n must be in 1..3"),
+    (["--straggler", "0:2"], "--straggler rank 0: the workers are ranks 1..3"),
+    (["--consistency", "ssp", "--staleness", "-1"], "staleness bound must be an integer >= 0"),
+    (["--lr", "-1"], "lr and eps must be >= 0"),
+    (["--steps", "0"], "--steps and --eval-every must be >= 1"),
+])
+def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ps_mlp.main([*QUICK, *options])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["3", "3:0.5", "x:2", "3:fast"])
+def test_a_malformed_straggler_is_refused_by_the_parser(text, capsys):
+    with pytest.raises(SystemExit):
+        ps_mlp.main([*QUICK, "--straggler", text])
+    assert "argument --straggler: wants RANK:FACTOR" in capsys.readouterr().err
