@@ -22,21 +22,26 @@ def data():
     return ratings(num_users=2000, num_items=2000, count=20_000, dim=DIM)
 
 
-def run(data, hot):
+def run(data, hot, balance=False):
     cluster = LocalCluster(SERVERS + WORKERS)
     results = cluster.run(lambda c: train_mf(c, data, servers=SERVERS, hot=hot, steps=12,
-                                             batch=128, dim=DIM), timeout=120)
+                                             batch=128, dim=DIM, balance=balance), timeout=120)
     load = np.array([cluster.stats[s].bytes_recv + cluster.stats[s].bytes_sent
                      for s in range(SERVERS)])
     return assemble(results, mf_layout(data, DIM)), load, results
 
 
-def test_replicating_hot_keys_cuts_the_busiest_server_and_trains_the_same_model(data):
+def test_replicating_hot_keys_and_balancing_ranges_cut_the_busiest_server_same_model(data):
     plain, plain_load, plain_results = run(data, hot=0)
     replicated, replicated_load, _ = run(data, hot=256)
+    balanced, balanced_load, _ = run(data, hot=0, balance=True)
+    both, both_load, _ = run(data, hot=256, balance=True)
     assert plain_load.max() > 1.5 * plain_load.mean()  # the popular ranges' servers
     assert replicated_load.max() < 0.75 * plain_load.max()
-    np.testing.assert_allclose(replicated, plain, rtol=0, atol=1e-12)
+    assert balanced_load.max() < 1.2 * balanced_load.mean()
+    assert both_load.max() < 0.5 * plain_load.max()
+    for model in (replicated, balanced, both):
+        np.testing.assert_allclose(model, plain, rtol=0, atol=1e-12)
     losses = plain_results[SERVERS].losses
     assert losses[-1] < losses[0]
     layout = mf_layout(data, DIM)

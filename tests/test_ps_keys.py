@@ -84,3 +84,15 @@ def test_header_and_payload_round_trip():
     np.testing.assert_array_equal(got_keys, keys)
     np.testing.assert_array_equal(got_values, values)
     assert header.payload_bytes(4) == 2 * 8 + 5 * 4
+
+
+def test_split_by_load_gives_popular_keys_narrower_ranges():
+    layout = KeyLayout({"ids": (100, 4)})
+    load = 1.0 / np.arange(1, 101)  # Zipf: key 0 is requested most
+    ranges = layout.split(4, load)
+    sizes = [end - first for first, end in ranges]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    shares = [load[first:end].sum() / load.sum() for first, end in ranges]
+    assert max(shares) < 0.25 + load[0] / load.sum()  # within one key of 1/S
+    with pytest.raises(ValueError, match="one weight >= 0 per key"):
+        layout.split(2, np.ones(3))

@@ -1,8 +1,9 @@
 """Splitting N items into P parts: the one rule every layer uses.
 
-A vector's chunks in a ring allreduce, a parameter server's shards, a data
-sampler's share of an epoch, a GloVe table's column blocks: all are
-``chunk_bounds(n, p)``, so that part k means the same range everywhere.
+A vector's chunks in a ring allreduce, a data sampler's share of an epoch,
+a GloVe table's column blocks: all are ``chunk_bounds(n, p)``, so that part
+k means the same range everywhere. (A parameter server's key ranges balance
+values or load, not keys: ``parallel/ps/keys.py``.)
 """
 
 from __future__ import annotations

@@ -12,15 +12,23 @@ The workload: matrix factorisation, r(u, i) ≈ p_u · q_i, on seeded
 ratings whose user and item ids follow Zipf's law (``ratings``). A worker's
 batch touches few rows: it pulls and pushes only those (sparse keys).
 
-The remedy here (FAE, Adnan et al. 2021; HugeCTR's hot embeddings):
-**replicate the hot rows on every worker**. The ``hot`` most frequent keys
-(``choose_hot_keys``, counted on a sample of the access stream) leave the
-servers: each worker keeps a copy, sums the clock's gradients of those rows
-with the other workers (an allreduce among workers), and applies the same
-SGD step. Under BSP and SGD this is the same arithmetic as the servers'
+Two remedies, which combine:
+
+- **Cut the ranges by load** (``balance``): count the requests per key on a
+  sample of the stream and cut the key space so that each server expects
+  the same number (``KeyLayout.split(load=...)``): the popular ids' servers
+  hold fewer keys. Still one owner per key, so the hottest single key stays
+  on one server.
+- **Replicate the hot rows on every worker** (FAE, Adnan et al. 2021;
+  HugeCTR's hot embeddings): the ``hot`` most frequent keys
+  (``choose_hot_keys``, counted on the same sample) leave the servers: each
+  worker keeps a copy, sums the clock's gradients of those rows with the
+  other workers (an allreduce among workers), and applies the same SGD
+  step.
+
+Under BSP and SGD both are the same arithmetic as the plain servers'
 (every worker's gradient, computed from the same weights, subtracted once):
-the same trained model up to the order of additions, with the busiest
-server's load cut towards the mean.
+the same trained model up to the order of additions.
 
 Cost per clock: a worker's batch of B ratings touches u users and i items;
 without replication it moves about 2·(u + i)·d·b bytes (pull and push),
@@ -127,20 +135,26 @@ class MFResult:
 
 
 def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batch: int = 256,
-             lr: float = 0.5, hot: int = 0, servers: int = 1, seed: int = 0,
-             sample_clocks: int = 5) -> MFResult:
+             lr: float = 0.5, hot: int = 0, balance: bool = False, servers: int = 1,
+             seed: int = 0, sample_clocks: int = 20) -> MFResult:
     """Matrix factorisation through a BSP parameter server (SGD), with the ``hot`` most
-    requested keys replicated on the workers (0: none)."""
+    requested keys replicated on the workers (0: none), and with ``balance`` the key
+    ranges cut by the requests counted on the sample, not by values."""
     layout = mf_layout(data, dim)
     initial = np.random.default_rng(seed + 1).normal(0, 0.1, layout.num_values)
+    workers = c.size - servers
+    # every rank counts the same sample (same seed), so all agree without talking
+    sample = sample_access(data, layout, sample_clocks, workers, batch, seed)
+    hot_keys = choose_hot_keys(sample, hot) if hot else np.zeros(0, np.int64)
+    load = None
+    if balance:  # requests per key, plus a little so that unseen keys still count
+        load = np.bincount(sample, minlength=layout.num_keys) + 0.1
+        load[hot_keys] = 0.0  # replicated keys leave the servers
     # arrival order: the workers also talk among themselves (the allreduce), which the
     # deterministic order cannot wait through (parameter_server.py)
     ps = ParameterServer(c, layout, servers=servers, consistency="bsp",
-                         optimizer=ServerOptimizer("sgd", lr=lr), deterministic=False)
-    workers = c.size - servers
-    # every rank computes the same hot set (same seed, same sample), without talking
-    hot_keys = choose_hot_keys(sample_access(data, layout, sample_clocks, workers, batch, seed),
-                               hot) if hot else np.zeros(0, np.int64)
+                         optimizer=ServerOptimizer("sgd", lr=lr), deterministic=False,
+                         key_load=load)
     group = c.split(1 if ps.is_server else 0)  # the workers, for the hot rows' allreduce
     if ps.is_server:
         return MFResult(report=ps.serve(initial))

@@ -13,9 +13,10 @@ and a worker asks only for the rows its batch touches (sparse keys).
 The key space is cut into one contiguous **range** per server (ps-lite's
 rule: a key range per server, so that routing a key is one binary search).
 The cut balances *values*, not keys: each range holds about 1/S of all the
-numbers, split at row boundaries (``chunk_bounds`` on the values, moved to
-the nearest row end), so an MLP's big weight matrix does not land on one
-server while another holds the biases.
+numbers, cut at row boundaries, so an MLP's big weight matrix does not land
+on one server while another holds the biases. Given a ``load`` per key (how
+often it is requested, times its bytes) the cut balances that instead: the
+servers of popular keys then hold fewer of them (``hotspots.py``).
 
 On the wire a request carries its keys (int64) and, for a push, their rows'
 values concatenated in key order: ``8·k + itemsize·Σ widths`` bytes.
@@ -27,8 +28,6 @@ from collections.abc import Mapping
 from math import prod
 
 import numpy as np
-
-from minidist.util.parts import chunk_bounds
 
 
 class KeyLayout:
@@ -75,18 +74,28 @@ class KeyLayout:
     def all_keys(self) -> np.ndarray:
         return np.arange(self.num_keys)
 
-    def split(self, servers: int) -> list[tuple[int, int]]:
-        """``servers`` contiguous key ranges ``(first, end)``, each about 1/S of the values."""
+    def split(self, servers: int, load: np.ndarray | None = None) -> list[tuple[int, int]]:
+        """``servers`` contiguous key ranges ``(first, end)``, each about 1/S of the values,
+        or of the ``load`` (a weight per key, e.g. the bytes it is expected to move)."""
         if servers < 1:
             raise ValueError(f"a parameter server needs at least one server, got {servers}")
         if servers > self.num_keys:
             raise ValueError(f"{servers} servers but only {self.num_keys} keys: "
                              f"some server would hold nothing")
-        value_cuts = [stop for _, stop in chunk_bounds(self.num_values, servers)][:-1]
-        key_cuts = np.searchsorted(self.offsets, value_cuts)  # first row ending past the cut
+        if load is None:
+            cumulative = self.offsets[1:]
+        else:
+            load = np.asarray(load, np.float64)
+            if load.shape != (self.num_keys,) or (load < 0).any():
+                raise ValueError(f"load: one weight >= 0 per key ({self.num_keys}), "
+                                 f"got shape {load.shape}")
+            cumulative = np.cumsum(load)
+        total = cumulative[-1]
+        # the first key whose cumulative weight reaches s/S of the total ends range s
+        key_cuts = np.searchsorted(cumulative, [total * s / servers for s in range(1, servers)])
         cuts = [0]
         for k, cut in enumerate(key_cuts):  # keep each range non-empty
-            cuts.append(int(min(max(cut, cuts[-1] + 1), self.num_keys - (servers - 1 - k))))
+            cuts.append(min(max(int(cut) + 1, cuts[-1] + 1), self.num_keys - (servers - 1 - k)))
         cuts.append(self.num_keys)
         return [(cuts[s], cuts[s + 1]) for s in range(servers)]
 

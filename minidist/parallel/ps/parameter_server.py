@@ -56,7 +56,9 @@ class ParameterServer:
       gradient is an update;
     - ``deterministic``: servers take requests in modelled-clock order (the in-process
       transport only; its default there);
-    - ``dtype``: of the values on the servers and on the wire.
+    - ``dtype``: of the values on the servers and on the wire;
+    - ``key_load``: a weight per key; the key ranges then balance it instead of the
+      values (``KeyLayout.split``).
     """
 
     def __init__(self, c: Communicator, layout: KeyLayout, servers: int = 1,
@@ -64,7 +66,7 @@ class ParameterServer:
                  consistency: str | Consistency = "asp", staleness: int | None = None,
                  softsync: int | None = None, deterministic: bool | None = None,
                  dtype: np.dtype | type = np.float64, checkpoint: str | os.PathLike | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, key_load: np.ndarray | None = None) -> None:
         if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
             raise ValueError(f"a parameter server needs servers >= 1, got {servers!r}")
         if c.size - servers < 1:
@@ -85,7 +87,7 @@ class ParameterServer:
         self.optimizer = optimizer if optimizer is not None else ServerOptimizer()
         self.softsync, self.dtype = softsync, np.dtype(dtype)
         self.deterministic = modelled if deterministic is None else deterministic
-        self.checkpoint, self.ranges = checkpoint, layout.split(servers)
+        self.checkpoint, self.ranges = checkpoint, layout.split(servers, key_load)
         self.start_clock = _saved_clock(checkpoint) if resume else 0
         self.resume = resume
         self.is_server = c.rank < servers
