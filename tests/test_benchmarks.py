@@ -41,11 +41,16 @@ def test_allreduce_benchmark_launches_itself_and_writes_csv_and_plot(tmp_path):
 @pytest.mark.timeout(250)
 def test_fit_measures_and_saves_a_network_model(tmp_path):
     path = tmp_path / "network.json"
-    run("minidist.bench.fit", "--out", str(path))
+    out = run("minidist.bench.fit", "--out", str(path))
+    from minidist.bench.fit import CURVE_FROM, SIZES
     from minidist.comm.cost.network import load_network_model
 
+    # what was measured is anything on a busy machine (beta, a fitted slope, may even come out
+    # negative): the test checks what was saved, not how fast the machine is
     model = load_network_model(path)
-    assert 0 < model.alpha < 1e-2 and 0 < model.beta < 1e-6 and 0 < model.gamma < 1e-6
+    assert f"alpha = {model.alpha:.3e} s" in out and f"beta  = {model.beta:.3e} s/B" in out
+    assert model.alpha > 0 and model.gamma > 0  # a median of durations; bytes over a duration
+    assert [n for n, _, _ in model.curve] == [n for n in SIZES if n >= CURVE_FROM]
 
 
 @pytest.mark.mpi
