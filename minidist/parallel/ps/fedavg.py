@@ -34,7 +34,8 @@ as FedAvg asks. Why each piece is needed:
   them), however the messages were timed;
 - BSP makes round t+1 read w_{t+1}: a pull at clock t+1 is served once
   every client has ticked to t+1, and each ticks only after its push of
-  round t was acknowledged (so applied, for the last one);
+  round t was acknowledged, so all K pushes are in and their mean is
+  applied before any read of round t+1;
 - the null push keeps c = K pushes per round when C < 1, for the cost of a
   header and one row instead of a model.
 
@@ -63,7 +64,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import count, islice
 from typing import Any
 
 import numpy as np
@@ -97,10 +97,10 @@ def split_noniid(labels: np.ndarray, clients: int, shards_per_client: int = 2,
     """The paper's pathological split: samples sorted by label, cut into
     ``clients·shards_per_client`` equal shards, each client given ``shards_per_client``
     of them at random: most clients see only one or two classes."""
-    shards = clients * shards_per_client
-    _check_clients(clients, len(labels) // max(shards_per_client, 1))
     if shards_per_client < 1:
         raise ValueError(f"shards_per_client must be >= 1, got {shards_per_client}")
+    _check_clients(clients, len(labels) // shards_per_client)
+    shards = clients * shards_per_client
     by_label = np.argsort(labels, kind="stable")
     cuts = chunk_bounds(len(labels), shards)
     owned = np.random.default_rng(seed).permutation(shards).reshape(clients, shards_per_client)
@@ -162,10 +162,10 @@ def _check_clients(clients: int, most: int) -> None:
 
 # --- one client's work ---------------------------------------------------------------
 def local_sgd(model: MLP, x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int | None,
-              lr: float, rng: np.random.Generator) -> int:
+              lr: float, rng: np.random.Generator) -> None:
     """``epochs`` passes of plain mini-batch SGD over (x, y), each in an order drawn from
-    ``rng`` (the last batch of a pass may be short; ``batch_size`` None: the whole shard);
-    returns the sample gradients computed (epochs·len(y))."""
+    ``rng`` (the last batch of a pass may be short; ``batch_size`` None: the whole shard):
+    epochs·len(y) sample gradients."""
     size = len(y) if batch_size is None else batch_size
     opt = SGD(model.parameters(), lr=lr)
     for _ in range(epochs):
@@ -175,7 +175,6 @@ def local_sgd(model: MLP, x: np.ndarray, y: np.ndarray, epochs: int, batch_size:
             opt.zero_grad()
             classification_loss(model, x[rows], y[rows]).backward()
             opt.step()
-    return epochs * len(y)
 
 
 @dataclass
@@ -192,14 +191,19 @@ class FedRun:
     report: ServerReport | None = None
 
 
-def digits() -> tuple[Dataset, Dataset]:
+def float64_digits() -> tuple[Dataset, Dataset]:
     """The standardised digits (train, test), inputs in float64 like the model."""
     train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=0))
     return tuple(dataclasses.replace(d, x=d.x.astype(np.float64)) for d in (train_set, test_set))
 
 
+def float64_mlp(hidden: int, seed: int) -> MLP:
+    """The course's MLP for the digits, 64 -> hidden -> 10, in float64."""
+    return build_mlp((64, hidden, 10), seed=seed, dtype=np.float64)
+
+
 def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
-           batch_size: int | None = 10, lr: float = 0.05, fraction: float = 1.0,
+           batch_size: int | None = 10, lr: float = 0.1, fraction: float = 1.0,
            split: str | Sequence[np.ndarray] = "iid", alpha: float = 0.5, hidden: int = 64,
            servers: int = 1, seed: int = 0, on_round: Callable[[int], Any] | None = None
            ) -> FedRun:
@@ -218,7 +222,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
     if clients < 1:
         raise ValueError(f"FedAvg needs at least one client: {c.size} ranks and {servers} "
                          f"servers leave {clients}; start at least {servers + 1} ranks")
-    train_set, test_set = digits()
+    train_set, test_set = float64_digits()
     shards = split_clients(split, train_set.y, clients, seed, alpha) if isinstance(split, str) \
         else _checked_shards(split, clients, len(train_set))
     sizes = np.array([len(s) for s in shards])
@@ -226,8 +230,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
                            for t in range(rounds)])
     run.samples = np.cumsum([0] + [local_epochs * int(sizes[s].sum()) for s in run.selected]
                             ).tolist()
-    model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
-                      dtype=np.float64)
+    model = float64_mlp(hidden, seed)
     layout = mlp_layout(model)
     ps = ParameterServer(c, layout, servers=servers, optimizer=ServerOptimizer("sgd", lr=1.0),
                          consistency="bsp", softsync=1)
@@ -242,6 +245,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
         # 1. select: S_t, drawn by every rank alike (nothing sent)
         if k in chosen or k == 0:
             # 2. pull w_t: served once every client has finished round t-1 (BSP)
+            # communication: the whole model, from every server
             w_t = worker.pull(keys)
             _load(model, layout, w_t)
             if k == 0:
@@ -251,18 +255,23 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
             local_sgd(model, x, y, local_epochs, batch_size, lr,
                       np.random.default_rng((seed, t, k)))
             # 4. push Δ_k = (n_k·K/n_S)(w_t - w_k); the servers average K pushes
+            # communication: a model-sized change to every server, acknowledged
             weight = sizes[k] * clients / sizes[chosen].sum()
             worker.push(keys, weight * (w_t - _flat(model, layout)))
         else:
             # 4. the null push: counts towards the K, adds nothing
+            # communication: one zero row to every server, acknowledged
             worker.push(null_keys, np.zeros(layout.value_count(null_keys)))
         # 5. tick: this client is done with round t
+        # communication: a header to every server
         worker.tick()
         if k == 0 and on_round is not None:
             on_round(t)
     if k == 0:  # the model after the last round
+        # communication: the whole model, once every client has finished
         _load(model, layout, worker.pull(keys))
         _score(run, model, test_set)
+    # communication: STOP to every server
     worker.stop()
     return run
 
@@ -300,29 +309,3 @@ def _load(model: MLP, layout: KeyLayout, values: np.ndarray) -> None:
 def _score(run: FedRun, model: MLP, test_set: Dataset) -> None:
     run.loss.append(float(classification_loss(model, test_set.x, test_set.y).data))
     run.accuracy.append(accuracy(model, test_set.x, test_set.y))
-
-
-# --- the baseline: one process, the same model, the same sample gradients --------------
-def train_centralised(samples: Sequence[int], batch_size: int | None = 10, lr: float = 0.05,
-                      hidden: int = 64, seed: int = 0) -> FedRun:
-    """Mini-batch SGD on the whole training set, scored whenever the sample gradients
-    computed reach the next of ``samples`` (cumulative, e.g. a FedAvg run's ``samples``):
-    the same work as FedAvg, with no client drift and no averaging."""
-    train_set, test_set = digits()
-    model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
-                      dtype=np.float64)
-    opt = SGD(model.parameters(), lr=lr)
-    stream = (i for epoch in count()
-              for i in np.random.default_rng((seed, epoch)).permutation(len(train_set)))
-    run, done = FedRun(samples=list(samples)), 0
-    size = len(train_set) if batch_size is None else batch_size
-    _score(run, model, test_set)
-    for target in run.samples[1:]:
-        while done < target:
-            rows = np.fromiter(islice(stream, min(size, target - done)), np.int64)
-            opt.zero_grad()
-            classification_loss(model, train_set.x[rows], train_set.y[rows]).backward()
-            opt.step()
-            done += len(rows)
-        _score(run, model, test_set)
-    return run
