@@ -67,3 +67,12 @@ def test_ddp_benchmark_reports_buckets_scaling_and_a_straggler():
 def test_glove_benchmark_reports_throughput_hogwild_and_memory():
     out = run("minidist.bench.glove", "--dims", "8", "--epochs", "1", "--rounds", "1")
     assert "records" in out and "speedup" in out and "peak RSS" in out
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(250)
+def test_ps_benchmark_launches_both_parts_and_prints_tables_and_targets():
+    out = run("minidist.bench.ps", "--quick")
+    assert "push+pull" in out and "ring allreduce of the whole table" in out
+    assert "ssp(3)" in out and "asp" in out
+    assert all(f"target {n}:" in out for n in range(1, 6))
