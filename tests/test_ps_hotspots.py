@@ -54,3 +54,24 @@ def test_hot_keys_are_the_most_requested_ties_to_the_smaller_key():
     np.testing.assert_array_equal(choose_hot_keys(accessed, 2), [2, 5])
     np.testing.assert_array_equal(choose_hot_keys(accessed, 3), [2, 5, 9])
     assert choose_hot_keys(accessed, 0).size == 0
+
+
+def test_the_example_prints_the_table_and_saves_the_chart(tmp_path, capsys):
+    from minidist.examples import ps_hotspots
+
+    runs = ps_hotspots.main(["--steps", "4", "--plot", str(tmp_path / "load.png")])
+    assert set(runs) == set(ps_hotspots.SCHEMES) and (tmp_path / "load.png").stat().st_size
+    errors = [error for _, error in runs.values()]
+    assert max(errors) - min(errors) < 1e-9
+    assert "busiest/mean" in capsys.readouterr().out
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_hogwild_and_the_parameter_server_reach_the_same_loss_after_equal_updates():
+    from minidist.parallel.ps.sparse_race import race
+
+    untrained, (hogwild, server) = race(workers=2, steps=40, batch=128)
+    assert hogwild.updates == server.updates == 80
+    assert hogwild.rmse < untrained and server.rmse < untrained
+    assert abs(hogwild.rmse - server.rmse) < 0.01 * untrained

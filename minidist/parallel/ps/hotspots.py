@@ -38,6 +38,7 @@ share leaves the servers and the allreduce moves 2·(W-1)/W·h·d·b per worker.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,11 +117,11 @@ def choose_hot_keys(accessed: np.ndarray, hot: int) -> np.ndarray:
 def sample_access(data: Ratings, layout: KeyLayout, clocks: int, workers: int,
                   batch: int, seed: int) -> np.ndarray:
     """The keys the first ``clocks`` clocks' batches request (what a server would count)."""
-    return np.concatenate([batch_keys(data, layout, _batch_rows(data, seed, w, t, batch))
+    return np.concatenate([batch_keys(data, layout, batch_rows(data, seed, w, t, batch))
                            for t in range(clocks) for w in range(workers)])
 
 
-def _batch_rows(data: Ratings, seed: int, worker: int, clock: int, batch: int) -> np.ndarray:
+def batch_rows(data: Ratings, seed: int, worker: int, clock: int, batch: int) -> np.ndarray:
     return np.random.default_rng((seed, worker, clock)).integers(0, len(data.values), batch)
 
 
@@ -132,14 +133,15 @@ class MFResult:
     losses: list[float] | None = None
     hot_keys: np.ndarray | None = None
     hot_rows: np.ndarray | None = None
+    seconds: float = 0.0  # a worker's time in its training loop (modelled in-process)
 
 
 def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batch: int = 256,
              lr: float = 0.5, hot: int = 0, balance: bool = False, servers: int = 1,
-             seed: int = 0, sample_clocks: int = 20) -> MFResult:
-    """Matrix factorisation through a BSP parameter server (SGD), with the ``hot`` most
-    requested keys replicated on the workers (0: none), and with ``balance`` the key
-    ranges cut by the requests counted on the sample, not by values."""
+             seed: int = 0, sample_clocks: int = 20, consistency: str = "bsp") -> MFResult:
+    """Matrix factorisation through a parameter server (SGD; BSP unless told otherwise),
+    with the ``hot`` most requested keys replicated on the workers (0: none), and with
+    ``balance`` the key ranges cut by the requests counted on the sample, not by values."""
     layout = mf_layout(data, dim)
     initial = np.random.default_rng(seed + 1).normal(0, 0.1, layout.num_values)
     workers = c.size - servers
@@ -152,7 +154,7 @@ def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batc
         load[hot_keys] = 0.0  # replicated keys leave the servers
     # arrival order: the workers also talk among themselves (the allreduce), which the
     # deterministic order cannot wait through (parameter_server.py)
-    ps = ParameterServer(c, layout, servers=servers, consistency="bsp",
+    ps = ParameterServer(c, layout, servers=servers, consistency=consistency,
                          optimizer=ServerOptimizer("sgd", lr=lr), deterministic=False,
                          key_load=load)
     group = c.split(1 if ps.is_server else 0)  # the workers, for the hot rows' allreduce
@@ -160,9 +162,9 @@ def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batc
         return MFResult(report=ps.serve(initial))
     worker, w = ps.worker(), c.rank - servers
     replica = initial[layout.value_index(hot_keys)].reshape(-1, dim) if hot else None
-    losses = []
+    losses, started = [], time.perf_counter()
     for t in range(steps):
-        rows = _batch_rows(data, seed, w, t, batch)
+        rows = batch_rows(data, seed, w, t, batch)
         keys = batch_keys(data, layout, rows)
         table = _read(worker, keys, hot_keys, replica, dim)
         grad, loss = mf_gradient(data, layout, rows, keys, table.reshape(-1), dim)
@@ -170,7 +172,8 @@ def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batc
         _write(worker, group, keys, hot_keys, replica, grad.reshape(-1, dim), lr)
         worker.tick()
     worker.stop()
-    return MFResult(losses=losses, hot_keys=hot_keys, hot_rows=replica)
+    seconds = getattr(c.stats, "clock", time.perf_counter() - started)
+    return MFResult(losses=losses, hot_keys=hot_keys, hot_rows=replica, seconds=seconds)
 
 
 def _read(worker, keys: np.ndarray, hot_keys: np.ndarray, replica: np.ndarray | None,
