@@ -256,6 +256,11 @@ class Server:
         if self.checkpoint_path is None:
             raise ValueError("a worker asked for a checkpoint, but the parameter server "
                              "was given no checkpoint path")
+        if self.softsync is not None and self.accumulator.count:
+            raise ValueError(f"checkpoint at clock {clock}: n-softsync holds "
+                             f"{self.accumulator.count} of its {self.accumulator.c} gradients, "
+                             f"which a checkpoint does not save; take it at a clock where the "
+                             f"pushes so far are a multiple of c")
         save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
         for worker in sorted(self.at_checkpoint):
             # communication: the clock saved: the worker may go on
