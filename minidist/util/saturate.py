@@ -38,8 +38,7 @@ from minidist.util.processes import stop_process_tree
 
 # A busy loop that ends once its parent (this tool) is gone: its parent pid then changes.
 BUSY_LOOP = """
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the command; we stop these
+import os, sys
 parent = int(sys.argv[1])
 while os.getppid() == parent:
     for _ in range(100_000):
