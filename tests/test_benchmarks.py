@@ -73,6 +73,6 @@ def test_glove_benchmark_reports_throughput_hogwild_and_memory():
 @pytest.mark.timeout(250)
 def test_ps_benchmark_launches_both_parts_and_prints_tables_and_targets():
     out = run("minidist.bench.ps", "--quick")
-    assert "push+pull" in out and "ring allreduce of the whole table" in out
+    assert "push+pull" in out and "ring allreduce of the whole" in out
     assert "ssp(3)" in out and "asp" in out
     assert all(f"target {n}:" in out for n in range(1, 6))
