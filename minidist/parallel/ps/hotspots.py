@@ -166,32 +166,36 @@ def train_mf(c: Communicator, data: Ratings, dim: int = 8, steps: int = 50, batc
     for t in range(steps):
         rows = batch_rows(data, seed, w, t, batch)
         keys = batch_keys(data, layout, rows)
-        table = _read(worker, keys, hot_keys, replica, dim)
+        table = read_rows(worker, keys, hot_keys, replica, dim)
         grad, loss = mf_gradient(data, layout, rows, keys, table.reshape(-1), dim)
         losses.append(loss)
-        _write(worker, group, keys, hot_keys, replica, grad.reshape(-1, dim), lr)
+        write_rows(worker, group, keys, hot_keys, replica, grad.reshape(-1, dim), lr)
         worker.tick()
     worker.stop()
     seconds = getattr(c.stats, "clock", time.perf_counter() - started)
     return MFResult(losses=losses, hot_keys=hot_keys, hot_rows=replica, seconds=seconds)
 
 
-def _read(worker, keys: np.ndarray, hot_keys: np.ndarray, replica: np.ndarray | None,
-          dim: int) -> np.ndarray:
+@lab_answer("lab06_hot_keys")
+def read_rows(worker, keys: np.ndarray, hot_keys: np.ndarray, replica: np.ndarray | None,
+              dim: int) -> np.ndarray:
     """The rows of ``keys``: cold ones pulled from the servers, hot ones from the replica."""
     hot = np.isin(keys, hot_keys)
     table = np.empty((keys.size, dim))
+    # communication: only the cold rows travel from the servers
     table[~hot] = worker.pull(keys[~hot]).reshape(-1, dim)
     if hot.any():
         table[hot] = replica[np.searchsorted(hot_keys, keys[hot])]
     return table
 
 
-def _write(worker, group: Communicator, keys: np.ndarray, hot_keys: np.ndarray,
-           replica: np.ndarray | None, grad: np.ndarray, lr: float) -> None:
+@lab_answer("lab06_hot_keys")
+def write_rows(worker, group: Communicator, keys: np.ndarray, hot_keys: np.ndarray,
+               replica: np.ndarray | None, grad: np.ndarray, lr: float) -> None:
     """Cold rows' gradient pushed to the servers; hot rows' summed over the workers and
     applied to every replica alike."""
     hot = np.isin(keys, hot_keys)
+    # communication: only the cold rows' gradient travels to the servers
     worker.push(keys[~hot], grad[~hot])
     if replica is not None:
         summed = np.zeros_like(replica)

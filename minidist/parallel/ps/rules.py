@@ -78,25 +78,24 @@ class ShardState:
 
     @lab_answer("lab06_shard_update")
     def apply(self, index: slice | np.ndarray, grad: np.ndarray) -> None:
-        """One update of the values at ``index`` with their gradient ``grad``; version += 1."""
-        rule, lr = self.optimizer.rule, self.optimizer.lr
-        if rule == "sgd":
-            self.values[index] -= lr * grad
-        elif rule == "adagrad":
-            adagrad_rows(self.values, self.sums, index, grad, lr, self.optimizer.eps,
-                         convention="textbook")
-        else:
-            self._adam(index, grad)
-        self.version += 1
+        """One update of the values at ``index`` with their gradient ``grad``; version += 1.
 
-    def _adam(self, index: slice | np.ndarray, grad: np.ndarray) -> None:
-        (b1, b2), eps, lr = self.optimizer.betas, self.optimizer.eps, self.optimizer.lr
-        steps, first, second = self.moments
-        t = steps[index] + 1
-        m = b1 * first[index] + (1 - b1) * grad
-        s = b2 * second[index] + (1 - b2) * grad ** 2
-        steps[index], first[index], second[index] = t, m, s
-        self.values[index] -= lr * (m / (1 - b1 ** t)) / (np.sqrt(s / (1 - b2 ** t)) + eps)
+        Reads and writes ``values[index]`` and the same positions of the state only."""
+        opt = self.optimizer
+        if opt.rule == "sgd":
+            self.values[index] -= opt.lr * grad
+        elif opt.rule == "adagrad":  # G += g², then the step (Lab 5's rule, textbook order)
+            adagrad_rows(self.values, self.sums, index, grad, opt.lr, opt.eps,
+                         convention="textbook")
+        else:  # Adam, each value counting its own steps t
+            (b1, b2), (steps, first, second) = opt.betas, self.moments
+            t = steps[index] + 1
+            m = b1 * first[index] + (1 - b1) * grad
+            s = b2 * second[index] + (1 - b2) * grad ** 2
+            steps[index], first[index], second[index] = t, m, s
+            m_hat, s_hat = m / (1 - b1 ** t), s / (1 - b2 ** t)  # bias-corrected
+            self.values[index] -= opt.lr * m_hat / (np.sqrt(s_hat) + opt.eps)
+        self.version += 1
 
 
 class SoftSync:
