@@ -86,14 +86,20 @@ def test_the_command_runs_beside_the_load_and_its_exit_code_comes_back(tmp_path,
     assert not any(running(pid) for pid in seen["loads"])
 
 
-@pytest.mark.timeout(120)
-def test_sigterm_stops_the_command_and_the_load(tmp_path):
+def start_sleeping_command(tmp_path):
+    """The tool running a command that reports and sleeps: (tool, command pid, load pids)."""
     report = tmp_path / "report.json"
     tool = subprocess.Popen([*TOOL, "--", sys.executable, "-c", REPORT, str(report), "sleep"],
                             stdout=subprocess.PIPE, text=True)
     assert tool.stdout.readline() == "reported\n"
     loads = json.loads(report.read_text())["loads"]
     [command] = [p.pid for p in psutil.Process(tool.pid).children() if p.pid not in loads]
+    return tool, command, loads
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_stops_the_command_and_the_load(tmp_path):
+    tool, command, loads = start_sleeping_command(tmp_path)
     try:
         tool.send_signal(signal.SIGTERM)
         assert tool.wait(timeout=60) == 128 + signal.SIGTERM
@@ -105,12 +111,7 @@ def test_sigterm_stops_the_command_and_the_load(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_the_load_ends_by_itself_when_the_tool_is_killed(tmp_path):
-    report = tmp_path / "report.json"
-    tool = subprocess.Popen([*TOOL, "--", sys.executable, "-c", REPORT, str(report), "sleep"],
-                            stdout=subprocess.PIPE, text=True)
-    assert tool.stdout.readline() == "reported\n"
-    loads = json.loads(report.read_text())["loads"]
-    [command] = [p.pid for p in psutil.Process(tool.pid).children() if p.pid not in loads]
+    tool, command, loads = start_sleeping_command(tmp_path)
     try:
         tool.kill()  # no chance to clean up
         tool.wait()
