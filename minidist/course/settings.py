@@ -44,6 +44,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # whole notebook runs in ~10 s.
     "lab05_glove": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
                              cpu_s=300),
+    # Lab 6: every check runs a few small parameter-server jobs on in-process ranks (threads;
+    # about a second per check cell); the explore cells train the digits MLP and the matrix
+    # factorisation through in-process servers, up to 9 ranks (~10 s for the whole notebook).
+    "lab06_parameter_servers": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
+                                         memory_mb=3072, cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 
