@@ -51,6 +51,7 @@ class PSRun:
     staleness: StalenessLog = field(default_factory=StalenessLog)  # all servers' logs
     dropped: list[int] = field(default_factory=list)
     seconds: float = 0.0  # modelled (in-process) or real, when the last server finished
+    values: np.ndarray | None = None  # the final parameters, layout.flatten's order
 
     def time_to_loss(self, target: float) -> float | None:
         """The first time worker 0 read weights whose test loss is <= ``target``."""
@@ -92,6 +93,7 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
         values = None
     result.seconds = _seconds(c, started)
     if values is not None:  # rank 0: the final model
+        result.values = values
         _load(model, layout, values)
         result.loss = float(classification_loss(model, test_set.x, test_set.y).data)
         result.accuracy = accuracy(model, test_set.x, test_set.y)
