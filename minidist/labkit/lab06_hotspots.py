@@ -45,7 +45,7 @@ def check_choose_hot_keys(choose_hot_keys: Callable[..., Any], accessed: Any, ho
     shown = accessed.tolist() if accessed.size <= 16 else f"{accessed.size} keys"
     expect(isinstance(got, np.ndarray) and np.issubdtype(got.dtype, np.integer)
            and np.array_equal(got, expected), f"choose_hot_keys({shown}, hot={hot}) returned "
-           f"{got!r}, expected {expected.tolist()}: the hot most requested keys (ties to the "
+           f"{got!r}, expected {expected.tolist()}: the {hot} most requested keys (ties to the "
            "smaller key; all of them when fewer are distinct), sorted, as an integer array")
 
 
