@@ -80,7 +80,8 @@ def test_header_and_payload_round_trip():
     header = Header(Kind.PUSH, clock=7, keys=2, values=5, version=3)
     assert Header.from_array(header.to_array()) == header
     keys, values = np.array([4, 9]), np.arange(5, dtype=np.float32)
-    got_keys, got_values = unpack(pack(keys, values), 2, np.dtype(np.float32))
+    payload = np.empty(header.payload_bytes(4), np.uint8)
+    got_keys, got_values = unpack(pack(keys, values, payload), 2, np.dtype(np.float32))
     np.testing.assert_array_equal(got_keys, keys)
     np.testing.assert_array_equal(got_values, values)
     assert header.payload_bytes(4) == 2 * 8 + 5 * 4

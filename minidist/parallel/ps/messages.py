@@ -76,12 +76,29 @@ class Header:
         return 8 * self.keys + itemsize * self.values
 
 
-def pack(keys: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
-    """A payload: the keys' bytes, then the values' (a push's gradient rows)."""
-    parts = [np.ascontiguousarray(keys, np.int64).view(np.uint8)]
+class Buffers:
+    """Byte buffers kept from one request to the next, each grown to the largest asked
+    for: a fresh array of many MiB costs a page fault per page on first touch, every
+    time (``Communicator.scratch`` says more). A buffer is overwritten by the next
+    ``get`` of its name: keep what must outlive the request by copying it."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, nbytes: int) -> np.ndarray:
+        if self.kept.get(name, np.empty(0, np.uint8)).nbytes < nbytes:
+            self.kept[name] = np.empty(nbytes, np.uint8)
+        return self.kept[name][:nbytes]
+
+
+def pack(keys: np.ndarray, values: np.ndarray | None, out: np.ndarray) -> np.ndarray:
+    """A payload in ``out`` (bytes, as many as it takes): the keys' bytes, then the
+    values' (a push's gradient rows)."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    out[:keys.nbytes] = keys.view(np.uint8)
     if values is not None:
-        parts.append(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
-    return np.concatenate(parts)
+        out[keys.nbytes:] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    return out
 
 
 def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

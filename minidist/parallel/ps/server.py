@@ -55,7 +55,7 @@ from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
-from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
+from minidist.parallel.ps.messages import HEADER_FIELDS, Buffers, Header, Kind, unpack
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
 
 
@@ -102,6 +102,7 @@ class Server:
         self.at_checkpoint: dict[int, Header] = {}
         self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
+        self.buffers = Buffers()  # a request's payload, a read's answer
 
     def serve(self, shard: ShardState) -> ServerReport:
         """Run until every worker has stopped or gone, updating ``shard`` (this server's
@@ -177,13 +178,13 @@ class Server:
     def _handle(self, worker: int, header: Header) -> None:
         kind = header.kind
         if kind in (Kind.PUSH, Kind.PULL):
-            payload = np.empty(header.payload_bytes(self.dtype.itemsize), np.uint8)
+            payload = self.buffers.get("payload", header.payload_bytes(self.dtype.itemsize))
             if header.keys:  # none: the worker asked other servers only
                 # communication: the request's keys (and, for a push, their gradient rows)
                 self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
             keys, rows = unpack(payload, header.keys, self.dtype)
             if kind is Kind.PUSH and self.rule.holds_updates and keys.size:
-                self.held.append((worker, header, keys, rows))  # until the barrier
+                self.held.append((worker, header, keys.copy(), rows.copy()))  # until the barrier
                 self._acknowledge(worker)
             elif kind is Kind.PUSH:
                 self._push(worker, header, keys, rows)
@@ -245,10 +246,15 @@ class Server:
             self._checkpoint(waiting[0].clock)
 
     def _answer_read(self, worker: int, keys: np.ndarray) -> None:
-        rows = self.shard.values[self.layout.value_index(keys, base=self.key_range[0])]
-        answer = np.empty(8 + rows.nbytes, np.uint8)
+        index = self.layout.value_index(keys, base=self.key_range[0])
+        count = self.layout.value_count(keys)
+        answer = self.buffers.get("answer", 8 + count * self.dtype.itemsize)
         answer[:8].view(np.int64)[0] = self.shard.version
-        answer[8:] = rows.view(np.uint8)
+        rows = answer[8:].view(self.dtype)
+        if isinstance(index, slice):
+            rows[...] = self.shard.values[index]
+        else:
+            np.take(self.shard.values, index, out=rows)
         # communication: the version, then the rows read
         self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
 

@@ -33,7 +33,7 @@ import numpy as np
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.keys import KeyLayout, gather_index
-from minidist.parallel.ps.messages import Header, Kind, pack, version_and_rows
+from minidist.parallel.ps.messages import Buffers, Header, Kind, pack, version_and_rows
 
 
 class Handle:
@@ -63,6 +63,7 @@ class Worker:
         self.outstanding_pull: Handle | None = None
         self.outstanding_pushes: list[Handle] = []
         self.begun = 0.0  # when the request being sent began (modelled clock; 0 under MPI)
+        self.buffers = Buffers()  # the payload, rebuilt for every request
 
     # --- the requests ------------------------------------------------------------------------
     def ipull(self, keys: np.ndarray) -> Handle:
@@ -74,8 +75,9 @@ class Worker:
         for server, part in parts:
             answer = np.empty(8 + self.layout.value_count(part) * self.dtype.itemsize, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
+            payload = self.buffers.get("payload", 8 * part.size)
             self._request(server, Header(Kind.PULL, self.clock, part.size),
-                          pack(part) if part.size else None)
+                          pack(part, None, payload) if part.size else None)
         handle = Handle(answers, lambda done: self._assemble(keys, order, parts, done))
         self.outstanding_pull = handle
         return handle
@@ -102,7 +104,8 @@ class Worker:
             answer = np.empty(8, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
             header = Header(Kind.PUSH, self.clock, part.size, count, self.versions[server])
-            self._request(server, header, pack(part, gradient[start:start + count])
+            payload = self.buffers.get("payload", header.payload_bytes(self.dtype.itemsize))
+            self._request(server, header, pack(part, gradient[start:start + count], payload)
                           if part.size else None)
             start += count
         handle = Handle(answers, lambda done: [int(a.view(np.int64)[0]) for _, _, a in done])
@@ -173,9 +176,10 @@ class Worker:
         for server, _, answer in answers:
             self.versions[server], part_rows = version_and_rows(answer, self.dtype)
             rows.append(part_rows)
+        # one server: its answer, a fresh buffer, is the result as it stands
         ordered = rows[0] if len(rows) == 1 else np.concatenate(rows)
         if order is None:
-            return ordered.copy() if len(rows) == 1 else ordered
+            return ordered
         out = np.empty_like(ordered)
         out[gather_index(self.layout, keys, order)] = ordered
         return out
