@@ -314,6 +314,7 @@ def test_hot_keys():
     library = dict(choose_hot_keys=choose_hot_keys, read_rows=read_rows, write_rows=write_rows)
     check_replication(**library, servers=3, workers=2, hot=32, block=())
     check_replication(**library, servers=2, workers=3, hot=24, seed=41, block=())
+    check_replication(**library, servers=4, workers=2, hot=40, steps=5, seed=42, block=())
 
 
 def test_plugged_in_swaps_the_loops_functions_and_restores_them():

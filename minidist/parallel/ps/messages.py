@@ -86,7 +86,7 @@ class Buffers:
         self.kept: dict[str, np.ndarray] = {}
 
     def get(self, name: str, nbytes: int) -> np.ndarray:
-        if self.kept.get(name, np.empty(0, np.uint8)).nbytes < nbytes:
+        if name not in self.kept or self.kept[name].nbytes < nbytes:
             self.kept[name] = np.empty(nbytes, np.uint8)
         return self.kept[name][:nbytes]
 
