@@ -232,3 +232,16 @@ def test_a_bad_request_fails_its_worker_and_ends_the_run(request_, message):
 
     with pytest.raises(RankError, match=message):
         LocalCluster(2).run(body, timeout=30)
+
+
+def test_the_mlp_run_gathers_every_servers_shard_and_logs_on_rank_0():
+    from minidist.parallel.ps.training import train_mlp
+
+    results = LocalCluster(5).run(lambda c: train_mlp(c, steps=6, servers=2, eval_every=3,
+                                                      consistency="ssp", staleness=1))
+    run = results[0]
+    assert run.requests["PUSH"] == run.requests["CLOCK"] == 2 * 3 * 6  # per server, worker
+    assert sum(run.staleness.reads.values()) == run.requests["PULL"]
+    assert max(run.staleness.reads) <= 1 and run.accuracy > 0.2
+    assert results[1].requests["PUSH"] == 3 * 6  # server 1 keeps its own
+    assert len(results[2].curve) == 3  # worker 0 scores at clocks 0, 3 and 6

@@ -24,8 +24,8 @@ Worker 0 shows a progress bar and scores the model on the test set every
 ``--eval-every`` clocks (``--plot PATH`` draws that test loss against time);
 rank 0 prints a summary line: the final model's accuracy and loss, the time,
 when worker 0 first saw the test loss at ``--target`` or below, the staleness
-of the reads server 0 answered (clocks behind the slowest worker), and the
-requests the servers received (messages and bytes).
+of the reads the servers answered (clocks behind the slowest worker), and
+the requests the servers received (pushes and pulls; messages and bytes).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def run(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dic
 
 
 def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: bool) -> str:
-    reads = summary["run"].staleness.reads
+    reads, requests = summary["run"].staleness.reads, summary["run"].requests
     count = sum(reads.values())
     mean = sum(s * n for s, n in reads.items()) / count if count else 0.0
     reached = summary["time_to_target"]
@@ -148,7 +148,8 @@ def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: 
             f"test accuracy {summary['accuracy']:.2%}, loss {summary['loss']:.4f}, "
             f"{summary['seconds']:.3g} {clock}; loss <= {args.target} at "
             f"{'never' if reached is None else f'{reached:.3g} {clock}'}; read staleness max "
-            f"{max(reads, default=0)} mean {mean:.2f} (server 0); servers received "
+            f"{max(reads, default=0)} mean {mean:.2f}; servers received "
+            f"{requests['PUSH']} pushes and {requests['PULL']} pulls in "
             f"{summary['messages']} messages, {summary['bytes'] / 1e6:.1f} MB")
 
 

@@ -15,13 +15,14 @@ Each worker, at each clock t:
 Worker 0 also scores the weights it pulled every ``eval_every`` clocks (on
 the test set, not counted as work): the loss and accuracy against its
 modelled (in-process) or real (MPI) time, from which the time to reach a
-target loss is read. At the end the servers send their shards to rank 0,
-which scores the final model.
+target loss is read. At the end the servers send their shards and logs to
+rank 0, which scores the final model.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,9 @@ from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.nn import MLP
 from minidist.parallel.ps.consistency import StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.messages import Kind
 from minidist.parallel.ps.parameter_server import ParameterServer
+from minidist.parallel.ps.server import ServerReport
 
 ComputeTime = Callable[[int, int], float]  # (clock, worker) -> modelled seconds
 
@@ -49,6 +52,7 @@ class PSRun:
     curve: list[tuple[float, int, float, float]] = field(default_factory=list)
     # worker 0's (seconds, clock, test loss, test accuracy) every eval_every clocks
     staleness: StalenessLog = field(default_factory=StalenessLog)  # all servers' logs
+    requests: Counter = field(default_factory=Counter)  # all servers': kind name -> count
     dropped: list[int] = field(default_factory=list)
     seconds: float = 0.0  # modelled (in-process) or real, when the last server finished
     values: np.ndarray | None = None  # the final parameters, layout.flatten's order
@@ -85,8 +89,9 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
     started = time.perf_counter()
     if ps.is_server:
         report = ps.serve(layout.flatten({n: p.data for n, p in model.named_parameters()}))
-        result = PSRun(staleness=report.staleness, dropped=report.dropped)
-        values = _collect(c, ps, report.values)
+        result = PSRun(staleness=report.staleness, requests=report.requests,
+                       dropped=report.dropped)
+        values = _collect(c, ps, report, result)
     else:
         result = PSRun(curve=_work(c, ps, model, layout, train_set, test_set, steps,
                                    batch_size, seed, compute_time, eval_every, on_step))
@@ -139,16 +144,47 @@ def _seconds(c: Communicator, started: float) -> float:
     return modelled if modelled is not None else time.perf_counter() - started
 
 
-def _collect(c: Communicator, ps: ParameterServer, shard: np.ndarray) -> np.ndarray | None:
-    """Every server's final shard, on rank 0 (None elsewhere)."""
+def _collect(c: Communicator, ps: ParameterServer, report: ServerReport,
+             result: PSRun) -> np.ndarray | None:
+    """Every server's final shard, on rank 0 (None elsewhere); rank 0's ``result`` also
+    gets every server's logs."""
     if c.rank != 0:
-        # communication: this server's shard to rank 0
-        c.send(np.ascontiguousarray(shard), 0, Tag.PS_COLLECT)
+        counts = _counts(report)
+        # communication: this server's shard, then how long its logs are, then the logs
+        c.send(np.ascontiguousarray(report.values), 0, Tag.PS_COLLECT)
+        c.send(np.array([counts.size], np.int64), 0, Tag.PS_COLLECT)
+        c.send(counts, 0, Tag.PS_COLLECT)
         return None
-    parts = [shard]
+    parts = [report.values]
     for server in range(1, ps.servers):
         first, end = ps.ranges[server]
-        part = np.empty(int(ps.layout.offsets[end] - ps.layout.offsets[first]), shard.dtype)
-        # communication: server `server`'s shard
+        part = np.empty(int(ps.layout.offsets[end] - ps.layout.offsets[first]),
+                        report.values.dtype)
+        length = np.empty(1, np.int64)
+        # communication: server `server`'s shard and logs
         parts.append(c.recv(part, server, Tag.PS_COLLECT))
+        c.recv(length, server, Tag.PS_COLLECT)
+        counts = c.recv(np.empty(int(length[0]), np.int64), server, Tag.PS_COLLECT)
+        _add_counts(result, counts)
     return np.concatenate(parts)
+
+
+def _counts(report: ServerReport) -> np.ndarray:
+    """A server's logs as int64: requests per kind, then (staleness, reads, gradients)."""
+    log = report.staleness
+    top = max([*log.reads, *log.gradients, -1]) + 1
+    rows = [(s, log.reads[s], log.gradients[s]) for s in range(top)]
+    return np.array([report.requests[kind.name] for kind in Kind]
+                    + [n for row in rows for n in row], np.int64)
+
+
+def _add_counts(result: PSRun, counts: np.ndarray) -> None:
+    kinds = len(Kind)
+    for kind, n in zip(Kind, counts[:kinds].tolist(), strict=True):
+        if n:
+            result.requests[kind.name] += n
+    for staleness, reads, gradients in counts[kinds:].reshape(-1, 3).tolist():
+        if reads:
+            result.staleness.reads[staleness] += reads
+        if gradients:
+            result.staleness.gradients[staleness] += gradients
