@@ -1,5 +1,7 @@
 """Parameter servers (Lecture 5): servers hold sharded parameters, workers pull and push.
 
+The machinery:
+
 - ``keys.py``: tables of rows in one key space, one key range per server;
 - ``messages.py``: the requests (push, pull, clock, checkpoint, stop) and answers;
 - ``consistency.py``: BSP, ASP and SSP(s), the rule a server applies to a read;
@@ -7,15 +9,28 @@
   staleness-aware SGD with n-softsync;
 - ``server.py``, ``worker.py``: the two sides; ``parameter_server.py``: the roles;
 - ``checkpoint.py``: shards saved atomically, runs resumed.
+
+What the lecture does with it:
+
+- ``training.py``: the digits MLP trained through a parameter server;
+- ``simulator.py``: staleness-aware SGD at growing λ, and the straggler race;
+- ``hotspots.py``: a recommendation model on power-law ids, hot keys replicated;
+- ``sparse_race.py``: Hogwild against a parameter server on the same sparse problem;
+- ``fedavg.py``: federated averaging over IID and non-IID clients.
 """
 
 from minidist.parallel.ps.consistency import ASP, BSP, SSP, Consistency, StalenessLog, consistency
+from minidist.parallel.ps.fedavg import FedRun, fedavg
+from minidist.parallel.ps.hotspots import choose_hot_keys, train_mf
 from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.parameter_server import ParameterServer, gather_reports
 from minidist.parallel.ps.rules import ServerOptimizer, staleness_lr
 from minidist.parallel.ps.server import ServerReport
+from minidist.parallel.ps.simulator import simulate, straggler_race
+from minidist.parallel.ps.training import PSRun, train_mlp
 from minidist.parallel.ps.worker import Worker
 
-__all__ = ["ASP", "BSP", "SSP", "Consistency", "KeyLayout", "ParameterServer", "ServerOptimizer",
-           "ServerReport", "StalenessLog", "Worker", "consistency", "gather_reports",
-           "staleness_lr"]
+__all__ = ["ASP", "BSP", "SSP", "Consistency", "FedRun", "KeyLayout", "PSRun", "ParameterServer",
+           "ServerOptimizer", "ServerReport", "StalenessLog", "Worker", "choose_hot_keys",
+           "consistency", "fedavg", "gather_reports", "simulate", "staleness_lr",
+           "straggler_race", "train_mf", "train_mlp"]
