@@ -19,18 +19,29 @@ What the lecture does with it:
 - ``fedavg.py``: federated averaging over IID and non-IID clients.
 """
 
+from importlib import import_module
+from typing import Any
+
 from minidist.parallel.ps.consistency import ASP, BSP, SSP, Consistency, StalenessLog, consistency
-from minidist.parallel.ps.fedavg import FedRun, fedavg
 from minidist.parallel.ps.hotspots import choose_hot_keys, train_mf
 from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.parameter_server import ParameterServer, gather_reports
 from minidist.parallel.ps.rules import ServerOptimizer, staleness_lr
 from minidist.parallel.ps.server import ServerReport
-from minidist.parallel.ps.simulator import simulate, straggler_race
-from minidist.parallel.ps.training import PSRun, train_mlp
 from minidist.parallel.ps.worker import Worker
+
+# Built on minidist.models, which imports GloVe, which builds on minidist.parallel:
+# resolved on first use.
+_ON_MODELS = {"PSRun": "training", "train_mlp": "training", "simulate": "simulator",
+              "straggler_race": "simulator", "FedRun": "fedavg", "fedavg": "fedavg"}
 
 __all__ = ["ASP", "BSP", "SSP", "Consistency", "FedRun", "KeyLayout", "PSRun", "ParameterServer",
            "ServerOptimizer", "ServerReport", "StalenessLog", "Worker", "choose_hot_keys",
            "consistency", "fedavg", "gather_reports", "simulate", "staleness_lr",
            "straggler_race", "train_mf", "train_mlp"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_MODELS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_ON_MODELS[name]}"), name)
