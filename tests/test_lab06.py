@@ -233,11 +233,11 @@ def test_softsync():
     check_softsync(SoftSync, rows=7, width=1, c=4, adds=9, seed=31, block=())
 
 
-def test_staleness_lr_rejects_a_division_by_zero_one_more_and_the_library():
-    with pytest.raises(CheckFailed, match=r"tau=0\) raised ZeroDivisionError.*\(tau = 0, as if"):
-        check_staleness_lr(lambda lr0, tau: lr0 / tau, 0.1)
-    with pytest.raises(CheckFailed, match=r"tau=1\) returned 0.05, expected 0.1"):
+def test_staleness_lr_rejects_one_more_a_product_and_the_library():
+    with pytest.raises(CheckFailed, match=r"tau=1\) returned 0.05, expected 0.1.*tau = 1"):
         check_staleness_lr(lambda lr0, tau: lr0 / (tau + 1), 0.1)
+    with pytest.raises(CheckFailed, match=r"tau=2\) returned 0.2, expected 0.05"):
+        check_staleness_lr(lambda lr0, tau: lr0 * tau, 0.1)
     with pytest.raises(BlockedError, match="write your own staleness_lr"):
         check_staleness_lr(staleness_lr, 0.1)
 

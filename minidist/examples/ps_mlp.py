@@ -8,7 +8,7 @@ Ranks 0..S-1 are servers (``--servers S``), the others workers. Each worker,
 every clock, pulls the weights, computes the gradient of its own batch, pushes
 it and ticks its clock (``minidist.parallel.ps.training.train_mlp``). The
 servers apply the optimiser (``--optimizer``, ``--lr``; ``--staleness-aware``
-scales each gradient's step by 1/τ, τ the updates it missed; ``--softsync N``
+scales each gradient's step by 1/τ, τ = 1 + the updates it missed; ``--softsync N``
 applies the average of ⌊W/N⌋ gradients as one update) and enforce the
 consistency model: ``bsp``, a barrier every clock; ``ssp``, no worker more
 than ``--staleness`` clocks ahead of the slowest; ``asp``, none.

@@ -100,7 +100,7 @@ def plot(trials: list[Trial], races: list[Race], path: str) -> None:
                 total = sum(trial.staleness.values())
                 ax.step(taus, [trial.staleness[t] / total for t in taus], where="mid",
                         label=f"λ={trial.learners}")
-        ax.set_xlabel("staleness τ (updates missed)")
+        ax.set_xlabel("staleness τ (1 + updates missed)")
         ax.set_ylabel("share of gradients")
         ax.set_title("staleness of the asynchronous rules", loc="left")
         ax.legend(fontsize="small")

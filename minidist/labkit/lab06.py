@@ -260,17 +260,17 @@ def check_ssp_run(rule_class: type, staleness: int, workers: int, steps: int = 1
 # --- Task 3: staleness-aware learning rate and n-softsync ----------------------------------
 def check_staleness_lr(staleness_lr: Callable[[float, int], float], lr0: float,
                        block: tuple[str, ...] = LIBRARY_SOFTSYNC) -> None:
-    """``staleness_lr(lr0, tau)`` for tau = 0..6 and 40: lr0 / tau, lr0 for tau = 0."""
+    """``staleness_lr(lr0, tau)`` for tau = 1..6 and 40: lr0 / tau."""
     __tracebackhide__ = True
-    for tau in [*range(7), 40]:
+    for tau in [*range(1, 7), 40]:
         with blocked(*block):
             got, said = outcome(staleness_lr, lr0, tau)
-        expected = lr0 / max(tau, 1)
+        expected = lr0 / tau
         number = isinstance(got, int | float | np.integer | np.floating)
         expect(number and np.isclose(float(got), expected, rtol=1e-12, atol=0),
                f"staleness_lr(lr0={lr0:g}, tau={tau}) {said}, expected {expected:g}: "
-               "alpha(tau) = alpha0 / tau for a gradient that missed tau >= 1 updates, and "
-               "alpha0 for a fresh one (tau = 0, as if tau were 1)")
+               "alpha(tau) = alpha0 / tau, tau >= 1 being 1 + the updates the gradient "
+               "missed (a fresh gradient has tau = 1 and gets alpha0)")
 
 
 def check_softsync(softsync_class: type, rows: int, width: int, c: int, adds: int,

@@ -112,10 +112,11 @@ def consistency(name: str | Consistency, staleness: int | None = None) -> Consis
 
 @dataclass
 class StalenessLog:
-    """What one server saw: each read's staleness in clocks, each gradient's in versions."""
+    """What one server saw: each read's staleness in clocks, each gradient's τ (1 + the
+    updates it missed)."""
 
     reads: Counter = field(default_factory=Counter)  # clocks behind the slowest -> count
-    gradients: Counter = field(default_factory=Counter)  # versions missed (tau) -> count
+    gradients: Counter = field(default_factory=Counter)  # staleness τ >= 1 -> count
 
     def merge(self, other: StalenessLog) -> StalenessLog:
         return StalenessLog(self.reads + other.reads, self.gradients + other.gradients)

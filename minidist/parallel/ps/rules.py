@@ -20,9 +20,11 @@ average, each scaled by its own staleness:
 
     g = (1/c) Σ_l α(τ_l)/α0 · Δθ_l,      θ ← θ − α0·g,      α(τ) = α0 / τ
 
-where τ_l counts the updates (shard versions) gradient l missed between the
-pull it was computed from and now. A fresh gradient (τ = 0: nothing
-happened since its pull) gets α0, as if τ were 1. n = λ is asynchronous SGD
+where τ_l, the gradient's **staleness**, is 1 + the updates (shard
+versions) applied between the pull it was computed from and its own: a
+gradient whose weights nobody changed meanwhile has τ = 1 and gets α0, so
+τ >= 1 always. Counted so, n-softsync's mean staleness is about n (the
+paper's ⟨τ⟩ = n), and α0/τ ≈ α0/n. n = λ is asynchronous SGD
 (c = 1), n = 1 waits for one gradient from everyone (c = λ).
 """
 
@@ -40,8 +42,8 @@ RULES = ("sgd", "adagrad", "adam")
 
 @lab_answer("lab06_staleness_lr")
 def staleness_lr(lr0: float, tau: int) -> float:
-    """α(τ) = α0/τ for a gradient that missed τ >= 1 updates; α0 for a fresh one."""
-    return lr0 / max(tau, 1)
+    """α(τ) = α0/τ for a gradient of staleness τ >= 1."""
+    return lr0 / tau
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class ServerOptimizer:
             raise ValueError(f"lr and eps must be >= 0, got lr={self.lr}, eps={self.eps}")
 
     def scale(self, tau: int) -> float:
-        """How much of its step a gradient that missed ``tau`` updates gets."""
+        """How much of its step a gradient of staleness ``tau`` >= 1 gets."""
         return staleness_lr(self.lr, tau) / self.lr if self.staleness_aware and self.lr else 1.0
 
 

@@ -15,9 +15,10 @@ A server's loop, per request:
    A worker whose read is parked sends nothing until it is answered
    (``worker.py``), so it is not waited for.
 3. **Handle** it:
-   - PUSH: receive the rows; τ = version now - the version the gradient
-     was computed from; apply the update (``ShardState.apply``), or add it
-     to n-softsync's accumulator and apply the average once c have come;
+   - PUSH: receive the rows; its staleness τ = 1 + the updates applied
+     since the pull its gradient was computed from (``rules.py``); apply
+     the update (``ShardState.apply``), or add it to n-softsync's
+     accumulator and apply the average once c have come;
      acknowledge with the version. Under BSP the push is held (and
      acknowledged) until every running worker has finished its iteration,
      then applied: step 4.
@@ -203,7 +204,7 @@ class Server:
             self._acknowledge(worker)
             return
         first = self.key_range[0]
-        tau = max(0, self.shard.version - header.version)
+        tau = self.shard.version - header.version + 1  # 1 + the updates it missed
         self.log.gradients[tau] += 1
         index = self.layout.value_index(keys, base=first)
         scale = self.optimizer.scale(tau)
