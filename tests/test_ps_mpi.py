@@ -115,3 +115,48 @@ def test_the_example_trains_with_a_sleeping_straggler_and_rejects_bad_input(tmp_
     for rank in range(4):  # said on every rank, before any of them ended the job
         assert f"ps_mlp (rank {rank}): --servers 4 on 4 ranks" in bad.stderr, bad.stderr
     assert none_left(watcher)
+
+
+def checkpointed(c, path, steps, resume, crash_at=None):
+    """Two workers, BSP, Adam: least squares of test_ps, a checkpoint at clock 4; with
+    ``crash_at``, worker 0's process is killed (SIGKILL) right after that checkpoint."""
+    import os
+    import signal
+
+    from test_ps import INITIAL, LAYOUT, batch, gradient
+
+    from minidist.parallel.ps import ParameterServer
+
+    ps = ParameterServer(c, LAYOUT, consistency="bsp", checkpoint=path, resume=resume,
+                         optimizer=ServerOptimizer("adam", lr=0.01))
+    if ps.is_server:
+        return ps.serve(INITIAL)
+    worker, w = ps.worker(), c.rank - 1
+    for t in range(worker.clock, steps):
+        values = worker.pull(LAYOUT.all_keys())
+        worker.push(LAYOUT.all_keys(), gradient(values, batch(t, w, 2)))
+        worker.tick()
+        if worker.clock == 4:
+            worker.checkpoint()
+            if crash_at == 4 and w == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+    worker.stop()
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_a_run_killed_after_its_checkpoint_resumes_to_the_uninterrupted_result(tmp_path):
+    watcher = ProcessWatcher()
+    whole = md.launch(checkpointed, 3, args=(str(tmp_path / "a"), 8, False), backend="mpi",
+                      timeout=60)[0].values
+    with pytest.raises((RankError, RuntimeError)):  # the job ends, it does not hang
+        md.launch(checkpointed, 3, args=(str(tmp_path / "b"), 8, False, 4), backend="mpi",
+                  timeout=60)
+    assert watcher.survivors() == []
+    assert (tmp_path / "b" / "shard-0.npz").exists()
+    assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith(".tmp")]
+    resumed = md.launch(checkpointed, 3, args=(str(tmp_path / "b"), 8, True), backend="mpi",
+                        timeout=60)[0].values
+    # BSP applies a clock's pushes in worker order under MPI, however they arrived
+    assert np.array_equal(resumed, whole)
+    assert watcher.survivors() == []

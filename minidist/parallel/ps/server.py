@@ -21,7 +21,8 @@ A server's loop, per request:
      accumulator and apply the average once c have come;
      acknowledge with the version. Under BSP the push is held (and
      acknowledged) until every running worker has finished its iteration,
-     then applied: step 4.
+     then applied in the order the requests began (worker order under
+     MPI): step 4. A BSP run is then the same on every run, on MPI too.
    - PULL: receive the keys; answer with the version and the rows if the
      consistency rule allows a read at the worker's clock, else park it.
    - CLOCK: the worker finished an iteration: record its clock.
@@ -224,15 +225,20 @@ class Server:
 
     # --- 4. answer the reads the clocks allow ------------------------------------------
     def _apply_held(self) -> None:
-        """BSP: apply, in the order they came, the pushes of every iteration all running
-        workers have finished (all of them once no worker runs)."""
+        """BSP: apply the pushes of every iteration all running workers have finished (all
+        of them once no worker runs), in an order that does not depend on their timing."""
         barrier = min(self.clocks.values(), default=None)
         held, self.held = self.held, []
-        for worker, header, keys, rows in held:
-            if barrier is None or header.clock < barrier:
-                self._push(worker, header, keys, rows, acknowledge=False)
+        ready = []
+        for push in held:
+            if barrier is None or push[1].clock < barrier:
+                ready.append(push)
             else:
-                self.held.append((worker, header, keys, rows))
+                self.held.append(push)
+        # in the order the requests began, ties by worker (stable: one worker's in turn):
+        # the modelled-clock order in-process, worker order under MPI, on every run
+        for worker, header, keys, rows in sorted(ready, key=lambda p: (p[1].timestamp, p[0])):
+            self._push(worker, header, keys, rows, acknowledge=False)
 
     def _unpark(self) -> None:
         self._apply_held()
