@@ -97,3 +97,18 @@ def test_split_by_load_gives_popular_keys_narrower_ranges():
     assert max(shares) < 0.25 + load[0] / load.sum()  # within one key of 1/S
     with pytest.raises(ValueError, match="one weight >= 0 per key"):
         layout.split(2, np.ones(3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables, st.data())
+def test_reorder_moves_rows_and_back(spec, data):
+    from minidist.parallel.ps.keys import reorder
+
+    layout = KeyLayout(spec)
+    keys = np.array(data.draw(st.lists(st.integers(0, layout.num_keys - 1), unique=True,
+                                       min_size=1)), np.int64)
+    rows = np.arange(layout.value_count(keys), dtype=np.float64)
+    order = np.argsort(keys, kind="stable")
+    moved = reorder(layout, keys, order, rows)
+    np.testing.assert_array_equal(moved, rows[gather_index(layout, keys, order)])
+    np.testing.assert_array_equal(reorder(layout, keys, order, moved, back=True), rows)

@@ -110,7 +110,8 @@ class KeyLayout:
         if keys.size and (keys.min() < 0 or keys.max() >= self.num_keys):
             bad = keys[(keys < 0) | (keys >= self.num_keys)][0]
             raise KeyError(f"key {bad} is outside every server's range 0..{self.num_keys - 1}")
-        if np.unique(keys).size != keys.size:
+        ascending = keys if np.all(keys[1:] > keys[:-1]) else np.sort(keys)
+        if np.any(ascending[1:] == ascending[:-1]):
             raise ValueError("keys must be distinct (sum the rows of a repeated key first)")
         return keys
 
@@ -152,6 +153,8 @@ class KeyLayout:
 
 def spans(starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """The ranges ``starts[i] .. starts[i] + widths[i]`` concatenated, as one index array."""
+    if widths.size and np.all(widths == widths[0]):  # rows of one width: one broadcast
+        return (starts[:, None] + np.arange(widths[0])).reshape(-1)
     ends = np.cumsum(widths)
     return np.repeat(starts - (ends - widths), widths) + np.arange(ends[-1] if ends.size else 0)
 
@@ -162,3 +165,19 @@ def gather_index(layout: KeyLayout, keys: np.ndarray, order: np.ndarray) -> np.n
     widths = layout.widths[keys]
     starts = np.cumsum(widths) - widths
     return spans(starts[order], widths[order])
+
+
+def reorder(layout: KeyLayout, keys: np.ndarray, order: np.ndarray, rows: np.ndarray,
+            back: bool = False) -> np.ndarray:
+    """The rows of ``keys`` (concatenated, in the order of ``keys``) put in ``order``'s
+    order; ``back=True`` undoes it. Rows of one width move as rows, not as numbers."""
+    widths = layout.widths[keys]
+    if widths.size and np.all(widths == widths[0]):
+        rows, index = rows.reshape(-1, int(widths[0])), order
+    else:
+        index = gather_index(layout, keys, order)
+    if not back:
+        return rows[index].reshape(-1)
+    out = np.empty_like(rows)
+    out[index] = rows
+    return out.reshape(-1)

@@ -32,7 +32,7 @@ import numpy as np
 
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
-from minidist.parallel.ps.keys import KeyLayout, gather_index
+from minidist.parallel.ps.keys import KeyLayout, reorder
 from minidist.parallel.ps.messages import Buffers, Header, Kind, pack, version_and_rows
 
 
@@ -97,7 +97,7 @@ class Worker:
         gradient = np.ascontiguousarray(gradient, self.dtype).reshape(-1)
         order, parts = self._route(keys)
         if order is not None:  # rows into key order, as the servers store them
-            gradient = gradient[gather_index(self.layout, keys, order)]
+            gradient = reorder(self.layout, keys, order, gradient)
         answers, start = [], 0
         for server, part in parts:
             count = self.layout.value_count(part)
@@ -180,6 +180,4 @@ class Worker:
         ordered = rows[0] if len(rows) == 1 else np.concatenate(rows)
         if order is None:
             return ordered
-        out = np.empty_like(ordered)
-        out[gather_index(self.layout, keys, order)] = ordered
-        return out
+        return reorder(self.layout, keys, order, ordered, back=True)
