@@ -109,6 +109,7 @@ class Worker:
                           if part.size else None)
             start += count
         handle = Handle(answers, lambda done: [int(a.view(np.int64)[0]) for _, _, a in done])
+        self.outstanding_pushes = [h for h in self.outstanding_pushes if not h.done]
         self.outstanding_pushes.append(handle)
         return handle
 
