@@ -34,7 +34,9 @@ A server's loop, per request:
 
 A worker that ends without STOP (its receive raises: the rank failed or
 finished) is dropped from the clocks with a message naming it, and the
-others go on.
+others go on. That is what the in-process transport can tell; under MPI a
+process that dies ends the whole job (MPICH's default), and the run resumes
+from its last checkpoint.
 
 Cost per request, for k keys holding v values of b bytes, on the server:
 a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
