@@ -72,7 +72,8 @@ from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.ops import reduce_into
 from minidist.comm.transport.communicator import Communicator, Request
-from minidist.comm.transport.fabric import Fabric, Message, PostedRecv, Wait
+from minidist.comm.transport.fabric import Fabric, Message, Wait
+from minidist.comm.transport.local_requests import RecvRequest, SendRequest
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
 
@@ -137,7 +138,7 @@ class LocalCommunicator(Communicator):
         message = Message(np.array(buf, copy=True), start, start_round, rendezvous)
         # communication: the copy waits in dest's mailbox, or fills its posted receive
         self.fabric.deliver((self.context, self.rank, dest, tag), message)
-        return _SendRequest(self, message, dest, tag, (end, end_round))
+        return SendRequest(self, message, dest, tag, (end, end_round))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         self._enter("recv", source, tag, buf)
@@ -145,7 +146,7 @@ class LocalCommunicator(Communicator):
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
         posted = self.fabric.post_recv((self.context, source, self.rank, tag))
         stats = self.state.stats
-        return _RecvRequest(self, posted, buf, source, tag,
+        return RecvRequest(self, posted, buf, source, tag,
                             (stats.seconds.now, stats.latencies.now))
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
@@ -182,7 +183,7 @@ class LocalCommunicator(Communicator):
         does not move. A server that simulates a network reads every pending request
         this way, then completes (``wait``) the one a real network would have
         delivered first."""
-        if not isinstance(request, _RecvRequest):
+        if not isinstance(request, RecvRequest):
             raise TypeError(f"rank {self.rank}: peek() takes a receive request, "
                             f"got {type(request).__name__}")
         self.fabric.block_until(self.state.world_rank, request.wait_for)
@@ -268,59 +269,3 @@ class LocalCommunicator(Communicator):
         seq = calls[(self.context, kind)] = calls.get((self.context, kind), -1) + 1
         return self.fabric.exchange(self.state.world_rank, (self.context, kind, seq),
                                     self.members, self.rank, value, kind)
-
-
-class _SendRequest(Request):
-    def __init__(self, comm: LocalCommunicator, message: Message, dest: int, tag: int,
-                 ends: tuple[float, float]) -> None:
-        self.comm, self.message, self.ends = comm, message, ends
-        self.wait_for = Wait(comm.rank, f"send to rank {dest} tag {tag}",
-                             lambda: message.matched or not message.rendezvous,
-                             lambda: [(dest, comm.members[dest])])
-
-    def test(self) -> bool:
-        if self.message.rendezvous and not self.message.matched:
-            return False
-        stats = self.comm.stats
-        stats.seconds.wait_until(self.ends[0])
-        stats.latencies.wait_until(self.ends[1])
-        return True
-
-    def wait(self) -> None:
-        if self.message.rendezvous:
-            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
-        self.test()
-
-
-class _RecvRequest(Request):
-    def __init__(self, comm: LocalCommunicator, posted: PostedRecv, buf: np.ndarray,
-                 source: int, tag: int, posted_at: tuple[float, float]) -> None:
-        self.comm, self.posted, self.buf, self.posted_at = comm, posted, buf, posted_at
-        self.completed = False
-        self.wait_for = Wait(comm.rank, f"recv from rank {source} tag {tag}",
-                             lambda: posted.message is not None,
-                             lambda: [(source, comm.members[source])])
-
-    def test(self) -> bool:
-        if not self.completed and self.posted.message is not None:
-            self._complete(self.posted.message)
-        return self.completed
-
-    def wait(self) -> None:
-        if not self.completed:
-            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
-            self._complete(self.posted.message)
-
-    def _complete(self, message: Message) -> None:
-        data, buf = message.data, self.buf
-        if data.dtype != buf.dtype or data.size != buf.size:
-            raise ValueError(f"rank {self.comm.rank}: {self.wait_for.what}: message is "
-                             f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
-        buf.reshape(-1)[...] = data.reshape(-1)
-        stats, net = self.comm.stats, self.comm.state.prices
-        stats.seconds.finish_recv(message.start, self.posted_at[0],
-                                  net.message_time(data.nbytes))
-        stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
-        stats.messages_recv += 1
-        stats.bytes_recv += data.nbytes
-        self.completed = True
