@@ -26,6 +26,7 @@ demo: $(STAMP)
 	$(BIN)/python -m minidist.examples.mlp
 	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.allreduce_tour
 	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.mlp_ddp
+	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.ps_mlp --consistency ssp --staleness 3
 
 test: $(STAMP)
 	$(BIN)/python -m ruff check minidist tests
