@@ -71,6 +71,7 @@ class Worker:
         order of ``keys``."""
         keys = self.layout.check(keys)
         order, parts = self._route(keys)
+        self._begin()
         answers = []
         for server, part in parts:
             answer = np.empty(8 + self.layout.value_count(part) * self.dtype.itemsize, np.uint8)
@@ -98,6 +99,7 @@ class Worker:
         order, parts = self._route(keys)
         if order is not None:  # rows into key order, as the servers store them
             gradient = reorder(self.layout, keys, order, gradient)
+        self._begin()
         answers, start = [], 0
         for server, part in parts:
             count = self.layout.value_count(part)
@@ -119,12 +121,14 @@ class Worker:
     def tick(self) -> None:
         """This worker finished an iteration: its clock advances on every server."""
         self.clock += 1
+        self._begin()
         for server in range(len(self.servers)):
             self._request(server, Header(Kind.CLOCK, self.clock))
 
     def checkpoint(self) -> int:
         """Wait until every running worker has asked, at this same clock, and every server
         has saved its shard; returns the clock saved."""
+        self._begin()
         answers = []
         for server in range(len(self.servers)):
             answer = np.empty(8, np.uint8)
@@ -139,6 +143,7 @@ class Worker:
         for handle in self.outstanding_pushes:
             handle.wait()
         self.outstanding_pushes.clear()
+        self._begin()
         for server in range(len(self.servers)):
             self._request(server, Header(Kind.STOP, self.clock))
 
@@ -156,12 +161,15 @@ class Worker:
         # communication: posted before the request, so a long answer never waits for it
         return self.c.irecv(answer, self.servers[server], Tag.PS_REPLY)
 
-    def _request(self, server: int, header: Header, payload: np.ndarray | None = None) -> None:
+    def _begin(self) -> None:
+        """A request begins: first the outstanding pull's answer (a worker sends nothing
+        while one is out), then the time its copies to every server will carry."""
         if self.outstanding_pull is not None:
             self.outstanding_pull.wait()
             self.outstanding_pull = None
-        if server == 0:  # a new request begins: its copies to every server carry this time
-            self.begun = float(getattr(self.c.stats, "clock", 0.0))
+        self.begun = float(getattr(self.c.stats, "clock", 0.0))
+
+    def _request(self, server: int, header: Header, payload: np.ndarray | None = None) -> None:
         header = Header(header.kind, header.clock, header.keys, header.values, header.version,
                         self.begun)
         # communication: the header, then (push, pull) the keys and rows
@@ -171,8 +179,6 @@ class Worker:
 
     def _assemble(self, keys: np.ndarray, order: np.ndarray | None,
                   parts: list[tuple[int, np.ndarray]], answers: list) -> np.ndarray:
-        if not answers:  # no keys asked for
-            return np.empty(0, self.dtype)
         rows = []
         for server, _, answer in answers:
             self.versions[server], part_rows = version_and_rows(answer, self.dtype)
