@@ -131,19 +131,21 @@ class Communicator(ABC):
             found = store[key] = make()
         return found
 
-    def scratch(self, n: int, dtype: np.dtype) -> np.ndarray:
+    def scratch(self, n: int, dtype: np.dtype, name: str = "scratch") -> np.ndarray:
         """A receive buffer the communicator keeps for you: ``n`` items of ``dtype``.
 
         Long ones come from one buffer that this communicator keeps and
         grows to the largest request: a fresh array of many MiB costs a page
         fault per page on first touch, on every call, several times the
         cost of reusing warm memory (README, Benchmarks). One collective at
-        a time may hold it; the next call gets the same memory.
+        a time may hold it; the next call gets the same memory. Code that
+        needs two at once (a parameter server's payload and its answer) names
+        them: each ``name`` is a buffer of its own.
         """
         nbytes = n * np.dtype(dtype).itemsize
         if nbytes < SCRATCH_KEPT_FROM:  # numpy's own cache serves short arrays fast
             return np.empty(n, dtype)
-        kept = self.kept("scratch", lambda: [np.empty(0, np.uint8)])
+        kept = self.kept(name, lambda: [np.empty(0, np.uint8)])
         if kept[0].nbytes < nbytes:
             kept[0] = np.empty(nbytes, np.uint8)
         return kept[0][:nbytes].view(dtype)

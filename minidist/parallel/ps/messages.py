@@ -76,21 +76,6 @@ class Header:
         return 8 * self.keys + itemsize * self.values
 
 
-class Buffers:
-    """Byte buffers kept from one request to the next, each grown to the largest asked
-    for: a fresh array of many MiB costs a page fault per page on first touch, every
-    time (``Communicator.scratch`` says more). A buffer is overwritten by the next
-    ``get`` of its name: keep what must outlive the request by copying it."""
-
-    def __init__(self) -> None:
-        self.kept: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, nbytes: int) -> np.ndarray:
-        if name not in self.kept or self.kept[name].nbytes < nbytes:
-            self.kept[name] = np.empty(nbytes, np.uint8)
-        return self.kept[name][:nbytes]
-
-
 def pack(keys: np.ndarray, values: np.ndarray | None, out: np.ndarray) -> np.ndarray:
     """A payload in ``out`` (bytes, as many as it takes): the keys' bytes, then the
     values' (a push's gradient rows)."""

@@ -59,7 +59,7 @@ from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
-from minidist.parallel.ps.messages import HEADER_FIELDS, Buffers, Header, Kind, unpack
+from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
 
 
@@ -106,7 +106,6 @@ class Server:
         self.at_checkpoint: dict[int, Header] = {}
         self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
-        self.buffers = Buffers()  # a request's payload, a read's answer
 
     def serve(self, shard: ShardState) -> ServerReport:
         """Run until every worker has stopped or gone, updating ``shard`` (this server's
@@ -182,7 +181,10 @@ class Server:
     def _handle(self, worker: int, header: Header) -> None:
         kind = header.kind
         if kind in (Kind.PUSH, Kind.PULL):
-            payload = self.buffers.get("payload", header.payload_bytes(self.dtype.itemsize))
+            # kept by the communicator between requests (no page faults per request); what
+            # must outlive the request is copied
+            payload = self.c.scratch(header.payload_bytes(self.dtype.itemsize), np.uint8,
+                                     "ps payload")
             if header.keys:  # none: the worker asked other servers only
                 # communication: the request's keys (and, for a push, their gradient rows)
                 self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
@@ -257,7 +259,7 @@ class Server:
     def _answer_read(self, worker: int, keys: np.ndarray) -> None:
         index = self.layout.value_index(keys, base=self.key_range[0])
         count = self.layout.value_count(keys)
-        answer = self.buffers.get("answer", 8 + count * self.dtype.itemsize)
+        answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
         answer[:8].view(np.int64)[0] = self.shard.version
         rows = answer[8:].view(self.dtype)
         if isinstance(index, slice):

@@ -33,7 +33,7 @@ import numpy as np
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.keys import KeyLayout, reorder
-from minidist.parallel.ps.messages import Buffers, Header, Kind, pack, version_and_rows
+from minidist.parallel.ps.messages import Header, Kind, pack, version_and_rows
 
 
 class Handle:
@@ -63,7 +63,6 @@ class Worker:
         self.outstanding_pull: Handle | None = None
         self.outstanding_pushes: list[Handle] = []
         self.begun = 0.0  # when the request being sent began (modelled clock; 0 under MPI)
-        self.buffers = Buffers()  # the payload, rebuilt for every request
 
     # --- the requests ------------------------------------------------------------------------
     def ipull(self, keys: np.ndarray) -> Handle:
@@ -76,7 +75,7 @@ class Worker:
         for server, part in parts:
             answer = np.empty(8 + self.layout.value_count(part) * self.dtype.itemsize, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
-            payload = self.buffers.get("payload", 8 * part.size)
+            payload = self.c.scratch(8 * part.size, np.uint8, "ps payload")
             self._request(server, Header(Kind.PULL, self.clock, part.size),
                           pack(part, None, payload) if part.size else None)
         handle = Handle(answers, lambda done: self._assemble(keys, order, parts, done))
@@ -106,7 +105,8 @@ class Worker:
             answer = np.empty(8, np.uint8)
             answers.append((server, self._ask(server, answer), answer))
             header = Header(Kind.PUSH, self.clock, part.size, count, self.versions[server])
-            payload = self.buffers.get("payload", header.payload_bytes(self.dtype.itemsize))
+            payload = self.c.scratch(header.payload_bytes(self.dtype.itemsize), np.uint8,
+                                     "ps payload")
             self._request(server, header, pack(part, gradient[start:start + count], payload)
                           if part.size else None)
             start += count
