@@ -20,7 +20,6 @@ from minidist.optim import SGD
 from minidist.parallel.ps import gather_reports
 from minidist.parallel.ps.fedavg import (
     fedavg,
-    float64_digits,
     float64_mlp,
     local_sgd,
     round_bytes,
@@ -31,10 +30,10 @@ from minidist.parallel.ps.fedavg import (
     split_noniid,
 )
 from minidist.parallel.ps.messages import HEADER_BYTES
-from minidist.parallel.ps.training import mlp_layout
+from minidist.parallel.ps.training import digits, mlp_layout
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-TRAIN, TEST = float64_digits()
+TRAIN, TEST = digits(np.float64)
 HIDDEN, LR, TOL = 16, 0.1, 1e-12
 
 

@@ -45,19 +45,18 @@ from minidist.parallel.ps.fedavg import (
     SPLITS,
     FedRun,
     fedavg,
-    float64_digits,
     float64_mlp,
     round_bytes,
     split_clients,
 )
-from minidist.parallel.ps.training import mlp_layout
+from minidist.parallel.ps.training import digits, mlp_layout
 
 
 def train_centralised(samples: Sequence[int], batch_size: int | None = 10, lr: float = 0.1,
                       hidden: int = 64, seed: int = 0) -> FedRun:
     """Mini-batch SGD on the whole training set, scored whenever the sample gradients
     computed reach the next of ``samples`` (cumulative: a FedAvg run's ``samples``)."""
-    train_set, test_set = float64_digits()
+    train_set, test_set = digits(np.float64)
     model = float64_mlp(hidden, seed)
     opt = SGD(model.parameters(), lr=lr)
     stream = (i for epoch in count()
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, FedRun] | None:
               if reached is None else f"{args.target:.0%} reached at round {reached}"))
     print(summary(runs, args))
     if args.plot:
-        train_set, _ = float64_digits()
+        train_set, _ = digits(np.float64)
         shards = split_clients(args.split, train_set.y, args.clients, args.seed, args.alpha)
         plot(runs, shards, train_set.y, args.split, args.plot)
         print(f"plot saved to {args.plot}")

@@ -61,7 +61,6 @@ sample gradients on client k, none on the servers beyond the average.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from minidist.comm.transport.communicator import Communicator
-from minidist.data import Dataset, load_digits, standardize
+from minidist.data import Dataset
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.nn import MLP
 from minidist.optim import SGD
@@ -78,7 +77,7 @@ from minidist.parallel.ps.messages import HEADER_BYTES
 from minidist.parallel.ps.parameter_server import ParameterServer
 from minidist.parallel.ps.rules import ServerOptimizer
 from minidist.parallel.ps.server import ServerReport
-from minidist.parallel.ps.training import mlp_layout
+from minidist.parallel.ps.training import digits, load_values, mlp_layout
 from minidist.util import chunk_bounds
 
 SPLITS = ("iid", "noniid", "dirichlet")
@@ -191,12 +190,6 @@ class FedRun:
     report: ServerReport | None = None
 
 
-def float64_digits() -> tuple[Dataset, Dataset]:
-    """The standardised digits (train, test), inputs in float64 like the model."""
-    train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=0))
-    return tuple(dataclasses.replace(d, x=d.x.astype(np.float64)) for d in (train_set, test_set))
-
-
 def float64_mlp(hidden: int, seed: int) -> MLP:
     """The course's MLP for the digits, 64 -> hidden -> 10, in float64."""
     return build_mlp((64, hidden, 10), seed=seed, dtype=np.float64)
@@ -222,7 +215,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
     if clients < 1:
         raise ValueError(f"FedAvg needs at least one client: {c.size} ranks and {servers} "
                          f"servers leave {clients}; start at least {servers + 1} ranks")
-    train_set, test_set = float64_digits()
+    train_set, test_set = digits(np.float64)
     shards = split_clients(split, train_set.y, clients, seed, alpha) if isinstance(split, str) \
         else _checked_shards(split, clients, len(train_set))
     sizes = np.array([len(s) for s in shards])
@@ -247,7 +240,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
             # 2. pull w_t: served once every client has finished round t-1 (BSP)
             # communication: the whole model, from every server
             w_t = worker.pull(keys)
-            _load(model, layout, w_t)
+            load_values(model, layout, w_t)
             if k == 0:
                 _score(run, model, test_set)
         if k in chosen:
@@ -269,7 +262,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
             on_round(t)
     if k == 0:  # the model after the last round
         # communication: the whole model, once every client has finished
-        _load(model, layout, worker.pull(keys))
+        load_values(model, layout, worker.pull(keys))
         _score(run, model, test_set)
     # communication: STOP to every server
     worker.stop()
@@ -299,11 +292,6 @@ def _checked_shards(shards: Sequence[np.ndarray], clients: int, n: int) -> list[
 
 def _flat(model: MLP, layout: KeyLayout) -> np.ndarray:
     return layout.flatten({name: p.data for name, p in model.named_parameters()})
-
-
-def _load(model: MLP, layout: KeyLayout, values: np.ndarray) -> None:
-    for name, p in model.named_parameters():
-        p.data[...] = values[layout.table_slice(name)].reshape(p.data.shape)
 
 
 def _score(run: FedRun, model: MLP, test_set: Dataset) -> None:

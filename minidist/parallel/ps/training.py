@@ -21,6 +21,7 @@ rank 0, which scores the final model.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -62,9 +63,13 @@ class PSRun:
         return next((t for t, _, loss, _ in self.curve if loss <= target), None)
 
 
-def digits() -> tuple[Dataset, Dataset]:
-    """The digits, split 80/20 (seed 0) and standardized: every run's data."""
-    return standardize(*load_digits(test_fraction=0.2, seed=0))
+def digits(dtype: np.dtype | type | None = None) -> tuple[Dataset, Dataset]:
+    """The digits, split 80/20 (seed 0) and standardized: every run's data; with
+    ``dtype``, the inputs in it (float32 otherwise)."""
+    sets = standardize(*load_digits(test_fraction=0.2, seed=0))
+    if dtype is None:
+        return sets
+    return tuple(dataclasses.replace(d, x=d.x.astype(dtype)) for d in sets)
 
 
 def mlp_layout(model: MLP) -> KeyLayout:
@@ -99,7 +104,7 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
     result.seconds = _seconds(c, started)
     if values is not None:  # rank 0: the final model
         result.values = values
-        _load(model, layout, values)
+        load_values(model, layout, values)
         result.loss = float(classification_loss(model, test_set.x, test_set.y).data)
         result.accuracy = accuracy(model, test_set.x, test_set.y)
     return result
@@ -110,7 +115,7 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
     worker, w = ps.worker(), c.rank - ps.servers
     keys, curve, started = layout.all_keys(), [], time.perf_counter()
     for t in range(worker.clock, steps):
-        _load(model, layout, worker.pull(keys))
+        load_values(model, layout, worker.pull(keys))
         if w == 0 and t % eval_every == 0:
             curve.append(_score(c, started, t, model, test_set))
         rows = np.random.default_rng((seed, w, t)).integers(0, len(train_set.y), batch_size)
@@ -123,13 +128,14 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
         if on_step is not None:
             on_step(t)
     if w == 0:
-        _load(model, layout, worker.pull(keys))
+        load_values(model, layout, worker.pull(keys))
         curve.append(_score(c, started, steps, model, test_set))
     worker.stop()
     return curve
 
 
-def _load(model: MLP, layout: KeyLayout, values: np.ndarray) -> None:
+def load_values(model: MLP, layout: KeyLayout, values: np.ndarray) -> None:
+    """Copy ``values`` (every key's row, ``layout.flatten``'s order) into the model."""
     for name, p in model.named_parameters():
         p.data[...] = values[layout.table_slice(name)].reshape(p.data.shape)
 
