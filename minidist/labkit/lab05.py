@@ -244,11 +244,13 @@ def check_sharded_dots(sharded_dots: Callable[..., Any], world_size: int, vocab_
 
 # --- Task 5: Hogwild against the sequential run ---------------------------------------------
 def check_hogwild(hogwild_vs_sequential: Callable[..., Any], workers: int, vocab_size: int,
-                  dim: int, nnz: int, epochs: int, batch_size: int, seed: int = 0,
-                  tolerance: float = 0.1) -> None:
+                  dim: int, nnz: int, epochs: int, batch_size: int, seed: int = 0) -> None:
     """``hogwild_vs_sequential(model, records, workers, epochs, batch_size, seed)`` returns
     ``(sequential, hogwild)``, two models trained from copies of ``model``. The sequential one
-    must be ``glove.train``'s exactly; Hogwild's loss within ``tolerance`` of it (relative)."""
+    must be ``glove.train``'s exactly. Hogwild's loss depends on how the OS schedules the
+    workers (a worker paused between reading rows and writing them back overwrites the
+    other's updates): whatever the scheduling, short of losing half the updates, it keeps
+    more than half of the sequential run's decrease."""
     __tracebackhide__ = True
     what = (f"hogwild_vs_sequential, {workers} worker(s), V = {vocab_size}, d = {dim}, "
             f"{epochs} epoch(s) of batches of {batch_size}")
@@ -278,7 +280,6 @@ def check_hogwild(hogwild_vs_sequential: Callable[..., Any], workers: int, vocab
     else:
         expect(not np.array_equal(hogwild.word, reference.word), f"{what}: the Hogwild model "
                "equals the sequential one bit for bit; train it with train_hogwild")
-    expect(np.isfinite(loss) and abs(loss - after) <= tolerance * (before - after),
+    expect(np.isfinite(loss) and abs(loss - after) < (before - after) / 2,
            f"{what}: Hogwild's loss J is {loss:.6g}, the sequential run's {after:.6g} (from "
-           f"{before:.6g}); at equal updates they should be within {tolerance:.0%} of the "
-           "decrease")
+           f"{before:.6g}); at equal updates Hogwild keeps more than half of the decrease")
