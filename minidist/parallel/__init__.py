@@ -1,5 +1,6 @@
 """Parallel training machinery (Lectures 4-7): data parallelism with buckets, Hogwild's
-shared memory and worker processes, parameter servers (``ps``). GloVe's strategies live
+shared memory and worker processes, parameter servers (``ps``), pipelines (``pipeline``).
+GloVe's strategies live
 with GloVe, in ``minidist.glove``."""
 
 from importlib import import_module
@@ -7,10 +8,11 @@ from typing import Any
 
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.hogwild import HogwildRun, SharedArrays, run_hogwild
+from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
 
-__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "ParameterServer", "ServerOptimizer",
-           "SharedArrays", "run_hogwild"]
+__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "ParameterServer", "Pipeline",
+           "ServerOptimizer", "SharedArrays", "run_hogwild"]
 
 # Old names of GloVe's trainers, resolved on first use (minidist.glove builds on this package).
 _MOVED = {"train_glove_ddp": "minidist.glove.ddp", "train_glove_sharded": "minidist.glove.sharded",
