@@ -6,7 +6,10 @@ different tags, or one may take the other's message. Every tag the library
 sends with is named here; user code and the labs use tag 0, the default, and
 so do the collectives (``collectives/basic.py`` and the allreduce
 algorithms), written as the lessons are, but on a duplicate communicator of
-their own (``c.private()``), whose messages never match the user's.
+their own (``c.private()``), whose messages never match the user's. A
+pipeline (``parallel/pipeline``) sends on a duplicate of its own too, where
+the tag names the micro-batch: 0 the header, 2m+1 micro-batch m's
+activation, 2m+2 its gradient.
 """
 
 from __future__ import annotations
