@@ -11,7 +11,15 @@ so ``import minidist`` stays quick and never starts MPI.
 from importlib import import_module
 from typing import Any
 
-from minidist.autograd import Function, Tensor, concatenate, gradcheck, no_grad, stack
+from minidist.autograd import (
+    Function,
+    Tensor,
+    checkpoint,
+    concatenate,
+    gradcheck,
+    no_grad,
+    stack,
+)
 from minidist.backend import get_device, set_device
 
 __version__ = "0.1.0"
@@ -30,6 +38,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Tensor", "Function", "no_grad", "gradcheck", "concatenate", "stack",
+    "Tensor", "Function", "no_grad", "gradcheck", "checkpoint", "concatenate", "stack",
     "set_device", "get_device", "launch", *sorted(_SUBPACKAGES),
 ]

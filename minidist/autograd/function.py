@@ -7,13 +7,17 @@ that need no gradient). ``Op.apply(*inputs)`` runs forward on tensors and,
 when any input requires a gradient, records the op in the graph so that
 ``Tensor.backward()`` can call its backward later.
 
-Recording can be switched off with ``no_grad()``; the switch is per thread,
-because the in-process transport runs ranks as threads of one process.
+Recording can be switched off with ``no_grad()`` (and back on inside it with
+``enable_grad()``); the switch is per thread, because the in-process transport
+runs ranks as threads of one process. ``observe_ops(observer)`` shows every op
+a thread applies to an observer: ``checkpoint`` finds the tensors a function
+uses that way, ``saved_bytes`` counts what the recorded ops keep.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,30 @@ def no_grad():
         yield
     finally:
         _grad_mode.enabled = previous
+
+
+@contextmanager
+def enable_grad():
+    """Record a graph again inside ``no_grad()`` (checkpoint's recomputation in backward)."""
+    previous = is_grad_enabled()
+    _grad_mode.enabled = True
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = previous
+
+
+@contextmanager
+def observe_ops(observer: Callable[[Context], None]):
+    """Call ``observer(ctx)`` after every op this thread applies in the block, recorded
+    or not (``ctx.parents`` is empty when the op was not recorded). Outside such a
+    block, applying an op costs one attribute read more."""
+    outer = getattr(_grad_mode, "observers", ())
+    _grad_mode.observers = (*outer, observer)
+    try:
+        yield
+    finally:
+        _grad_mode.observers = outer
 
 
 @contextmanager
@@ -108,4 +136,6 @@ class Function:
             ctx.parents = [x for x, need in zip(inputs, needs, strict=True) if need]
             out.requires_grad = True
             out._ctx = ctx
+        for observer in getattr(_grad_mode, "observers", ()):
+            observer(ctx)
         return out
