@@ -287,3 +287,16 @@ def test_linear_is_one_op_with_the_gradients_of_three(x_shape, with_bias):
     assert y._ctx is not None and len(y._ctx.parents) == (3 if with_bias else 2)
     inputs = (x, w, b) if with_bias else (x, w)
     assert md.autograd.gradcheck(lambda *t: (F.linear(t[0], t[1], *t[2:]) ** 2).sum(), *inputs)
+
+
+def test_layer_norm_normalises_rows_and_passes_finite_differences():
+    norm = md.nn.LayerNorm(5, dtype=np.float64)
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(4, 5))
+    y = norm(md.Tensor(x)).data
+    np.testing.assert_allclose(y.mean(axis=1), 0, atol=1e-12)
+    np.testing.assert_allclose(y.var(axis=1), 1 / (1 + 1e-5 / x.var(axis=1)), rtol=1e-10)
+    norm.weight.data[:] = np.arange(1.0, 6.0)
+    norm.bias.data[:] = 0.5
+    upstream = md.Tensor(np.random.default_rng(1).normal(size=(4, 5)))
+    assert md.gradcheck(lambda t: (norm(t) * upstream).sum(),
+                        md.Tensor(x, requires_grad=True))

@@ -115,3 +115,33 @@ def test_a_split_that_does_not_divide_is_named():
 
     with pytest.raises(Exception, match="12 hidden units cannot be split over 5 ranks"):
         md.launch(hidden_over_five, 5, backend="local", timeout=30)
+
+
+def train_transformer(c, steps: int, dtype=np.float64):
+    """Losses of ``steps`` Adam steps of the small transformer, tensor-parallel over ``c``."""
+    from minidist.data.characters import CharacterText
+    from minidist.models.transformer import Transformer
+
+    text = CharacterText.generate(seed=0, num_tokens=3000)
+    model = Transformer(len(text.alphabet), d=16, heads=4, layers=2, context=12, c=c,
+                        seed=0, dtype=dtype)
+    opt = md.optim.Adam(model.parameters(), lr=3e-3)
+    rng, losses = np.random.default_rng(1), []
+    for _ in range(steps):
+        ids, targets = text.batch(rng, 8, 12)
+        opt.zero_grad()
+        logits = model(ids)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.timeout(120)
+def test_a_tensor_parallel_transformer_trains_as_one_process():
+    one = md.launch(train_transformer, 1, args=(6,), backend="local", timeout=60)[0]
+    two = md.launch(train_transformer, 2, args=(6,), backend="local", timeout=60)
+    assert one[-1] < one[0]
+    for losses in two:
+        np.testing.assert_allclose(losses, one, rtol=1e-10)

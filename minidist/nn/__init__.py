@@ -15,6 +15,7 @@ from minidist.nn.init import manual_seed
 from minidist.nn.layers import (
     MLP,
     Embedding,
+    LayerNorm,
     Linear,
     ModuleList,
     ReLU,
@@ -25,6 +26,6 @@ from minidist.nn.layers import (
 from minidist.nn.module import Module, Parameter
 
 __all__ = [
-    "MLP", "Embedding", "Linear", "Module", "ModuleList", "Parameter", "ReLU",
+    "MLP", "Embedding", "LayerNorm", "Linear", "Module", "ModuleList", "Parameter", "ReLU",
     "Sequential", "Sigmoid", "Tanh", "functional", "init", "manual_seed",
 ]

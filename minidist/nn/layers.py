@@ -6,6 +6,8 @@ from Tensor operations (see ``functional.py``); autograd does the rest.
 - ``Linear(in, out)``: y = x @ W.T + b, W of shape (out, in), both drawn
   from uniform(-1/sqrt(in), 1/sqrt(in)) as in PyTorch (see ``init.py``).
 - ``ReLU``, ``Tanh``, ``Sigmoid``: element-wise, no parameters.
+- ``LayerNorm(dim)``: each row scaled to mean 0 and variance 1 over its last
+  axis, then multiplied by a gain and shifted by a bias (both learnt).
 - ``Embedding(num, dim)``: a table of ``num`` vectors; ``forward(ids)``
   gathers rows, and backward adds each row's gradient into the rows it was
   read from (a row read twice gets both gradients).
@@ -73,6 +75,27 @@ class Sigmoid(Module):
 
 
 ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid}
+
+
+class LayerNorm(Module):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (Ba et al. 2016).
+
+    Cost: O(elements) both ways; autograd derives the backward from the ops.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5, dtype=np.float32) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = Parameter(np.ones(dim, dtype=dtype))
+        self.bias = Parameter(np.zeros(dim, dtype=dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(axis=-1, keepdims=True)
+        variance = (centred * centred).mean(axis=-1, keepdims=True)
+        return centred * (variance + self.eps) ** -0.5 * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
 
 
 class Embedding(Module):
