@@ -43,6 +43,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.autograd import Tensor
+from minidist.autograd.checkpoint import checkpoint
 from minidist.nn import Module
 from minidist.parallel.pipeline.schedules import Step
 from minidist.util import chunk_bounds
@@ -107,7 +108,6 @@ class StageEngine:
             x = Tensor(self._receive_activation(micro), requires_grad=True)
         self._begin()
         if self.rematerialise:
-            from minidist.autograd.checkpoint import checkpoint
             out = checkpoint(self.stage, x)
         else:
             out = self.stage(x)
