@@ -120,7 +120,7 @@ def test_a_split_that_does_not_divide_is_named():
 def train_transformer(c, steps: int, dtype=np.float64):
     """Losses of ``steps`` Adam steps of the small transformer, tensor-parallel over ``c``."""
     from minidist.data.characters import CharacterText
-    from minidist.models.transformer import Transformer
+    from minidist.models.transformer import Transformer, sequence_loss
 
     text = CharacterText.generate(seed=0, num_tokens=3000)
     model = Transformer(len(text.alphabet), d=16, heads=4, layers=2, context=12, c=c,
@@ -130,8 +130,7 @@ def train_transformer(c, steps: int, dtype=np.float64):
     for _ in range(steps):
         ids, targets = text.batch(rng, 8, 12)
         opt.zero_grad()
-        logits = model(ids)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = sequence_loss(model(ids), targets)
         loss.backward()
         opt.step()
         losses.append(loss.item())
