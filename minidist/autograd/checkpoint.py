@@ -40,6 +40,7 @@ from typing import Any
 from minidist.autograd import engine
 from minidist.autograd.function import Context, Function, enable_grad, no_grad, observe_ops
 from minidist.autograd.tensor import Tensor
+from minidist.util.answers import lab_answer
 from minidist.util.parts import chunk_bounds
 
 
@@ -114,6 +115,7 @@ def checkpoint(fn: Callable[..., Tensor], *inputs: Any) -> Tensor:
     return Checkpoint.apply(*inputs, *used.values(), fn=fn, count=len(inputs), out=out.data)
 
 
+@lab_answer("lab07_checkpoint")
 def checkpoint_sequential(modules: Iterable[Callable[[Tensor], Tensor]], segments: int,
                           x: Any) -> Tensor:
     """Run ``modules`` one after the other on ``x``, cut into ``segments`` runs of

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minidist.util.answers import lab_answer
+
 PHASES = ("F", "B")
 
 
@@ -57,6 +59,7 @@ def naive(stages: int, micro_batches: int) -> Schedule:
             for k in range(stages)]
 
 
+@lab_answer("lab07_gpipe")
 def gpipe(stages: int, micro_batches: int) -> Schedule:
     """Every rank: all forwards F0 .. F(M-1), then all backwards B(M-1) .. B0."""
     _check_sizes(stages, micro_batches)
@@ -65,6 +68,7 @@ def gpipe(stages: int, micro_batches: int) -> Schedule:
             for k in range(stages)]
 
 
+@lab_answer("lab07_1f1b")
 def one_f_one_b(stages: int, micro_batches: int) -> Schedule:
     """Rank k: min(K-1-k, M) warm-up forwards, then one forward one backward, then the rest."""
     _check_sizes(stages, micro_batches)
@@ -166,6 +170,7 @@ def simulate(schedule: Schedule, forward: float = 1.0,
     return timed
 
 
+@lab_answer("lab07_bubble")
 def bubbles(timed: list[list[tuple[Step, float, float]]]) -> list[float]:
     """Each stage's idle fraction: 1 - (its busy time) / (the whole schedule's span)."""
     span = max(end for steps in timed for _, _, end in steps)
