@@ -63,8 +63,9 @@ def plot_gantt(traces: Sequence[Trace], path: str | os.PathLike | None = None,
             phase, micro = step[0], step[1:]
             ax.broken_barh([(start * scale, (end - start) * scale)], (rank + 0.1, 0.8),
                            facecolors=COLORS[phase], edgecolor="white", linewidth=0.5)
-            ax.text((start + end) / 2 * scale, rank + 0.5, micro, ha="center", va="center",
-                    color="white", fontsize=8 if steps <= 32 else 6)
+            if end - start >= span / 80:  # a number only where it fits
+                ax.text((start + end) / 2 * scale, rank + 0.5, micro, ha="center",
+                        va="center", color="white", fontsize=8 if steps <= 32 else 6)
     ax.set_yticks([rank + 0.5 for rank in range(ranks)])
     ax.set_yticklabels([f"rank {rank}\nbubble {bubble:.0%}"
                         for rank, bubble in enumerate(stage_bubbles(traces))])
