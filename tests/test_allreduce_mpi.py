@@ -30,6 +30,15 @@ def lengths(p: int) -> list[int]:
     return sorted({0, 1, p + 1, 37, 4099})
 
 
+def alltoallv_counts(sender: int, p: int) -> list[int]:
+    return [(sender + 2 * j) % (p + 1) for j in range(p)]
+
+
+def alltoallv_rows(sender: int, p: int, dtype: type) -> np.ndarray:
+    """Rows of 3 numbers, from ``sender``, for each rank in turn."""
+    return rank_data(sender, 3 * sum(alltoallv_counts(sender, p)), dtype).reshape(-1, 3)
+
+
 def all_checks(c) -> dict:
     """Run every algorithm and collective; return results, traffic and errors."""
     from minidist import comm
@@ -51,6 +60,10 @@ def all_checks(c) -> dict:
         comm.scatter(np.stack([x + k for k in range(c.size)]), c, root=0),
         comm.allgather(x, c), comm.reduce_scatter(x, c),
         comm.alltoall(np.stack([x * 10 + k for k in range(c.size)]), c)]
+    # alltoallv: rank r sends (r + 2j) % (P + 1) rows to rank j (0, fewer than P, uneven)
+    seen["alltoallv"] = [
+        comm.alltoallv(alltoallv_rows(c.rank, c.size, dtype), alltoallv_counts(c.rank, c.size), c)
+        for dtype in DTYPES]
     comm.barrier(c)
     try:  # a length mismatch must raise here, on every rank, not hang
         comm.allreduce(np.ones(5 + (c.rank == 0)), c, "sum", "ring")
@@ -101,3 +114,8 @@ def test_everything_under_mpi(p: int) -> None:
         assert np.array_equal(swapped, np.stack([d * 10 + rank for d in data]))
         if p > 1:
             assert "disagree on length" in seen["mismatch"]
+        for dtype, (received, counts) in zip(DTYPES, seen["alltoallv"], strict=True):
+            blocks = [np.split(alltoallv_rows(s, p, dtype),
+                               np.cumsum(alltoallv_counts(s, p))[:-1])[rank] for s in range(p)]
+            assert np.array_equal(received, np.concatenate(blocks)) and received.dtype == dtype
+            assert counts.tolist() == [len(b) for b in blocks]

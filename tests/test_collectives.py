@@ -1,6 +1,7 @@
 """The collectives against numpy on the in-process transport: world sizes 1-8, awkward shapes,
-every dtype and op of the registry (``comm/ops.py``); their traffic as their docstrings state it;
-the same error on every rank for a bad call."""
+every dtype and op of the registry (``comm/ops.py``), blocks of any count for alltoallv (0, fewer
+than P, uneven); their traffic as their docstrings state it; the same error on every rank for a
+bad call."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from minidist.comm import (
     NetworkModel,
     allgather,
     alltoall,
+    alltoallv,
     barrier,
     broadcast,
     chunk_bounds,
@@ -34,6 +36,18 @@ def shapes(p: int) -> list[tuple]:
     return [(), (0,), (1,), (max(p - 1, 1),), (p + 1,), (37,), (3, 5)]
 
 
+def v_counts(sender: int, p: int, case: int) -> list[int]:
+    """How many rows ``sender`` sends each rank in alltoallv's case ``case``: 0 to P + 1,
+    uneven, different for each sender; in case 0 nothing at all."""
+    return [((sender + 1) * (j + 2) + case) % (p + 2) * (case > 0) for j in range(p)]
+
+
+def v_blocks(sender: int, p: int, case: int, row: tuple, dtype: type) -> list[np.ndarray]:
+    """The blocks ``sender`` sends each rank in alltoallv's case ``case``: rows of shape ``row``."""
+    data = rank_data(sender, (sum(v_counts(sender, p, case)), *row), dtype)
+    return np.split(data, np.cumsum(v_counts(sender, p, case))[:-1])
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("p", range(1, 9))
 def test_collectives_match_numpy(p: int) -> None:
@@ -54,6 +68,9 @@ def test_collectives_match_numpy(p: int) -> None:
             out.append(allgather(x, c))
             out.extend(reduce_scatter(x, c, op) for op in OPS)
             out.append(alltoall(rows, c))
+        for case, (row, dtype) in enumerate(cases):
+            counts = v_counts(c.rank, p, case)
+            out.extend(alltoallv(np.concatenate(v_blocks(c.rank, p, case, row, dtype)), counts, c))
         return out
 
     per_rank = LocalCluster(p).run(body)
@@ -82,6 +99,12 @@ def test_collectives_match_numpy(p: int) -> None:
                 full = fn(np.stack(data), axis=0).astype(dtype).reshape(-1)
                 assert np.array_equal(next(got), full[lo:hi]), (op, shape)
             assert np.array_equal(next(got), np.stack([d * 10 + rank for d in data]))
+        for case, (row, dtype) in enumerate(cases):
+            received, recv_counts = next(got), next(got)
+            blocks = [v_blocks(sender, p, case, row, dtype)[rank] for sender in range(p)]
+            assert received.dtype == dtype and received.shape[1:] == row
+            assert np.array_equal(received, np.concatenate(blocks)), (case, row, dtype)
+            assert recv_counts.tolist() == [len(b) for b in blocks]
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
@@ -128,6 +151,13 @@ def test_traffic_is_the_cost_in_the_docstrings(p: int) -> None:
         "reduce_scatter": (lambda c: reduce_scatter(x, c, check=False),
                            [b // p for b in everyone], [b // p for b in everyone], p - 1),
         "alltoall": (lambda c: alltoall(rows, c, check=False), everyone, everyone, p - 1),
+        # rank r sends r + j rows of n float64 to rank j, and the counts: 8 bytes to each other
+        "alltoallv": (lambda c: alltoallv(np.ones((sum(c.rank + j for j in range(p)), n)),
+                                          [c.rank + j for j in range(p)], c, check=False),
+                      [8 * (p - 1) + big_n * sum(r + j for j in range(p) if j != r)
+                       for r in range(p)],
+                      [8 * (p - 1) + big_n * sum(i + r for i in range(p) if i != r)
+                       for r in range(p)], 2 * (p - 1)),
     }
     for name, (call, sent, received, rounds) in cases.items():
         got_sent, got_received, got_rounds = traffic(p, call)
@@ -158,6 +188,11 @@ def test_mismatches_raise_on_every_rank(p: int) -> None:
         "dtype": lambda c: allgather(np.ones(4, np.int32 if c.rank == last else np.int64), c),
         "op": lambda c: reduce_scatter(np.ones(4), c, "min" if c.rank == last else "max"),
         "leading": lambda c: alltoall(np.ones((2 * p, 1) if c.rank == last else (p, 2)), c),
+        "ndim": lambda c: alltoallv(np.ones((p, 2) if c.rank == last else (p,)), [1] * p, c),
+        "row_items": lambda c: alltoallv(np.ones((p, 2 + (c.rank == last))), [1] * p, c),
+        "row_shape": lambda c: alltoallv(np.ones((p, 2, 3) if c.rank == last else (p, 3, 2)),
+                                         [1] * p, c),
+        "valid_counts": lambda c: alltoallv(np.ones((p, 2)), [1] * p if c.rank else [p] * p, c),
     }
     for what, call in calls.items():
         messages = _messages(p, call)
@@ -175,6 +210,14 @@ def test_bad_calls_raise_the_same_error_on_every_rank(check: bool) -> None:
                                                                  check=check),
         "op 'mean' is not supported": lambda c: reduce(np.ones(2), c, 0, "mean", check=check),
         "first axis of length P = 3": lambda c: scatter(np.ones((4, 2)), c, check=check),
+        "counts must be P = 3 integers": lambda c: alltoallv(np.ones(3), [1, 2], c, check=check),
+        "counts must not be negative": lambda c: alltoallv(np.ones(3), [2, 2, -1], c,
+                                                           check=check),
+        "add up to 2, but the array has 3 rows": lambda c: alltoallv(np.ones(3), [1, 1, 0], c,
+                                                                     check=check),
+        "needs a first axis": lambda c: alltoallv(np.float64(1), [0, 0, 0], c, check=check),
+        "dtype complex64 is not supported": lambda c: alltoallv(np.ones(3, np.complex64),
+                                                                [1] * 3, c, check=check),
     }
     for words, call in calls.items():
         messages = _messages(p, call)

@@ -1,4 +1,5 @@
-"""Broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall, barrier (Lab 2).
+"""Broadcast, reduce, gather, scatter, allgather, reduce-scatter, alltoall, barrier (Lab 2),
+and the all-to-all with variable counts that expert parallelism needs (Lecture 7).
 
 Each is written first as the lesson, with ``send``/``recv`` on the default
 tag as Lab 2 teaches it: ``broadcast_linear``, ``broadcast_binomial`` and
@@ -184,6 +185,37 @@ def alltoall_pairwise(arr: np.ndarray, c: Communicator) -> np.ndarray:
         c.sendrecv(arr[dest], dest, out[source], source)
     return out
 
+
+def alltoallv_pairwise(arr: np.ndarray, counts: np.ndarray, c: Communicator
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """The all-to-all with variable counts (``MPI_Alltoallv``): this rank's first
+    ``counts[0]`` rows of ``arr`` go to rank 0, the next ``counts[1]`` to rank 1, and so on.
+    Returns the rows every rank sent here, rank 0's block first, and their counts.
+
+    1. counts: an alltoall of one integer per pair of ranks, since a rank must know
+       how many rows will come before it can make room for them;
+    2. rows: round s is a ring shift by s, as in :func:`alltoall_pairwise`: rank r
+       sends its block for ``r + s`` and receives the block of ``r - s`` (either may
+       be empty).
+
+    Cost: 2(P-1) rounds, fan-in 1: P-1 of 8 bytes, then P-1 of blocks. Rank r sends
+    ``8(P-1) + Σ_{j≠r} counts[j]·R`` bytes (R: the bytes of a row) and receives the
+    same sum over the counts addressed to it.
+    """
+    p, me = c.size, c.rank
+    # 1. counts: recv_counts[i] rows will come from rank i
+    recv_counts = alltoall_pairwise(counts.reshape(p, 1), c).reshape(p)
+    send_at = np.concatenate(([0], np.cumsum(counts)))  # block j is arr[send_at[j]:send_at[j+1]]
+    recv_at = np.concatenate(([0], np.cumsum(recv_counts)))
+    out = np.empty((int(recv_at[-1]), *arr.shape[1:]), arr.dtype)
+    out[recv_at[me]:recv_at[me + 1]] = arr[send_at[me]:send_at[me + 1]]
+    # 2. rows
+    for step in range(1, p):
+        dest, source = (me + step) % p, (me - step) % p
+        # communication: my block for `dest` out, `source`'s block for me in, at once
+        c.sendrecv(arr[send_at[dest]:send_at[dest + 1]], dest,
+                   out[recv_at[source]:recv_at[source + 1]], source)
+    return out, recv_counts
 
 def barrier_dissemination(c: Communicator) -> None:
     """In round k, signal ``rank + 2^k`` and wait for ``rank - 2^k``: after round k a rank

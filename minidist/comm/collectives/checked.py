@@ -1,5 +1,5 @@
 """The library's collectives: ``comm.broadcast``, ``reduce``, ``gather``, ``scatter``,
-``allgather``, ``reduce_scatter``, ``alltoall`` and ``barrier``.
+``allgather``, ``reduce_scatter``, ``alltoall``, ``alltoallv`` and ``barrier``.
 
 Each runs a lesson of ``basic.py`` (Lab 2's answers and the schedules
 written the same way), adding beneath it what a library needs, each
@@ -16,12 +16,15 @@ explained where it lives:
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from minidist.comm.collectives.agreement import check_same_everywhere
 from minidist.comm.collectives.basic import (
     allgather_ring,
     alltoall_pairwise,
+    alltoallv_pairwise,
     barrier_dissemination,
     broadcast_binomial,
     broadcast_linear,
@@ -33,7 +36,7 @@ from minidist.comm.collectives.basic import (
 from minidist.comm.transport.communicator import Communicator
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
-           "alltoall", "barrier"]
+           "alltoall", "alltoallv", "barrier"]
 
 BROADCASTS = {"linear": broadcast_linear, "binomial": broadcast_binomial}
 
@@ -121,6 +124,51 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     i's row (:func:`alltoall_pairwise`)."""
     arr = agreed(c, "alltoall", arr, None, check, rows=True)
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
+
+
+def alltoallv(arr: np.ndarray, counts, c: Communicator,
+              *, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The all-to-all with variable counts (``MPI_Alltoallv``), as expert parallelism
+    sends tokens: ``arr``'s rows are this rank's blocks one after the other, ``counts[j]``
+    rows for rank j (any of them 0). Returns ``(out, recv_counts)``: the rows every rank
+    sent here, rank 0's block first, and how many came from each rank.
+
+        out, recv_counts = alltoallv(tokens, counts, c)    # tokens sorted by destination
+        back, _ = alltoallv(processed, recv_counts, c)     # the reverse: each row goes home
+
+    The ranks agree on the dtype and the shape of a row (``arr.shape[1:]``), not on
+    the counts, which are exchanged (:func:`alltoallv_pairwise`: 2(P-1) rounds).
+    Counts that are not P non-negative integers summing to ``len(arr)`` are an error
+    on every rank, with its reason on the ranks that passed them.
+    """
+    arr = np.require(arr, requirements="C")
+    counts = np.asarray(counts)
+    problem = _counts_problem(arr, counts, c.size)
+    row = arr.shape[1:]
+    try:
+        check_same_everywhere(c, "alltoallv", arr.dtype, None, check, ndim=arr.ndim,
+                              row_items=int(np.prod(row)), row_shape=zlib.crc32(repr(row).encode()),
+                              valid_counts=int(not problem))
+    except ValueError as err:
+        raise ValueError(f"{err}; here: {problem}" if problem else str(err)) from None
+    if problem:
+        raise ValueError(f"alltoallv: {problem}")
+    return alltoallv_pairwise(arr, counts.astype(np.int64), c.private())
+
+
+def _counts_problem(arr: np.ndarray, counts: np.ndarray, p: int) -> str:
+    """What is wrong with ``counts`` as alltoallv's blocks of ``arr`` ("" if nothing)."""
+    if arr.ndim == 0:
+        return "the array needs a first axis (its rows), got a 0-d array"
+    if counts.shape != (p,) or counts.dtype.kind not in "iu":
+        return (f"counts must be P = {p} integers, got {counts.dtype} of shape "
+                f"{counts.shape}")
+    if counts.size and counts.min() < 0:
+        return f"counts must not be negative, got {counts.tolist()}"
+    if counts.sum() != arr.shape[0]:
+        return (f"counts {counts.tolist()} add up to {int(counts.sum())}, but the array has "
+                f"{arr.shape[0]} rows")
+    return ""
 
 
 def barrier(c: Communicator) -> None:
