@@ -217,6 +217,7 @@ def alltoallv_pairwise(arr: np.ndarray, counts: np.ndarray, c: Communicator
                    out[recv_at[source]:recv_at[source + 1]], source)
     return out, recv_counts
 
+
 def barrier_dissemination(c: Communicator) -> None:
     """In round k, signal ``rank + 2^k`` and wait for ``rank - 2^k``: after round k a rank
     has heard, directly or not, from the ``2^(k+1) - 1`` ranks before it.
