@@ -1,0 +1,64 @@
+"""The ZeRO example: in-process ranks train as DataParallel does, with the memory and traffic
+of the formulas; its command line prints the summary, on one process and under mpiexec."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist.examples import zero as example
+from minidist.parallel.zero import bytes_sent_per_step, values_held
+from minidist.util.mpiexec import mpiexec_command, rank_environment
+from minidist.util.processes import stop_process_tree
+
+QUICK = dict(epochs=1, hidden=16, progress=False)
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+def run_both(c, stage):
+    zero, ddp = example.train(c, stage, **QUICK), example.train(c, 0, **QUICK)
+    return zero["model"].state_dict(), ddp["model"].state_dict(), zero["held"], zero["sent"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stage", [1, 2])
+def test_two_ranks_reach_ddp_s_weights_with_the_formulas_memory_and_traffic(stage):
+    n = 64 * 16 + 16 + 16 * 10 + 10
+    for rank, (zero, ddp, held, sent) in enumerate(md.launch(run_both, 2, args=(stage,))):
+        for name in ddp:
+            np.testing.assert_allclose(zero[name], ddp[name], rtol=0, atol=1e-6, err_msg=name)
+        assert held == {k: 4 * v for k, v in values_held(n, 2, rank, stage, 2).items()}
+        assert sent == bytes_sent_per_step(n, 2, rank, 4)
+
+
+@pytest.mark.timeout(60)
+def test_the_command_line_prints_the_summary_against_ddp_and_one_process(capsys):
+    result = example.main(["--stage", "2", "--epochs", "1", "--hidden", "16"])
+    out = capsys.readouterr().out
+    assert "ZeRO-2 on 1 rank(s), adam: test accuracy" in out
+    assert "DDP:" in out and "one process:" in out and "largest weight difference" in out
+    assert result["accuracy"] > 0.5  # one epoch of a small model; chance is 10%
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+            if line.strip().startswith(("DDP ", "ZeRO-2 "))}
+    for name, row in rows.items():  # measured total == formula
+        assert row[3] == row[4], name
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
+def test_the_example_under_mpiexec_prints_its_summary():
+    command = mpiexec_command(2, ["-m", "minidist.examples.zero", "--stage", "2",
+                                  "--epochs", "1", "--hidden", "16"])
+    job = subprocess.Popen(command, env=rank_environment(2), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = job.communicate(timeout=100)
+    finally:
+        stop_process_tree(job)
+    assert job.returncode == 0, err
+    assert "ZeRO-2 on 2 rank(s), adam" in out and "one process:" in out
+    assert out.count("largest weight difference") == 2
