@@ -1,5 +1,6 @@
 """Parallel training machinery (Lectures 4-7): data parallelism with buckets, Hogwild's
-shared memory and worker processes, parameter servers (``ps``), pipelines (``pipeline``).
+shared memory and worker processes, parameter servers (``ps``), pipelines (``pipeline``),
+mixtures of experts over ranks (``moe``).
 GloVe's strategies live
 with GloVe, in ``minidist.glove``."""
 
@@ -8,10 +9,11 @@ from typing import Any
 
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.hogwild import HogwildRun, SharedArrays, run_hogwild
+from minidist.parallel.moe import MoE
 from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
 
-__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "ParameterServer", "Pipeline",
+__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "MoE", "ParameterServer", "Pipeline",
            "ServerOptimizer", "SharedArrays", "run_hogwild"]
 
 # Old names of GloVe's trainers, resolved on first use (minidist.glove builds on this package).
