@@ -220,3 +220,18 @@ def test_zero_under_mpi_equals_one_process():
             assert held == {name: 8 * v for name, v
                             in values_held(N, 2, rank, stage, STATES[optimizer]).items()}
             assert sent == [bytes_sent_per_step(N, 2, rank, 8)] * STEPS
+
+
+@pytest.mark.timeout(60)
+def test_the_benchmark_prints_its_table_and_every_count_is_the_formula(capsys):
+    from minidist.bench.zero import main
+
+    rows = main(["--sizes", "4,7,3", "--ranks", "1,3", "--dtype", "float64"])
+    out = capsys.readouterr().out
+    assert [(row["ranks"], row["strategy"]) for row in rows] == [
+        (p, name) for p in (1, 3) for name in ("DDP", "ZeRO-1", "ZeRO-2")]
+    assert all(row["exact"] for row in rows)
+    assert out.strip().endswith("counted = formula on every rank, bytes held and sent: yes")
+    ddp, one, two = (sum(row["held"].values()) for row in rows[3:])
+    assert ddp > one > two  # at P = 3 each stage holds less
+    assert len({row["sent"] for row in rows[4:]}) == 1  # ZeRO-1 and ZeRO-2 send the same
