@@ -11,7 +11,7 @@ its own tokens (its share of the batch).
 
     moe = MoE(d_model=16, d_hidden=32, n_experts=8, top_k=2, comm=c)   # 8/P experts here
     y = x + moe(x)          # x: this rank's (n, d_model) tokens; a dropped token passes through
-    print(format_load(load_table(moe)))   # tokens per expert, dropped, imbalance (all ranks)
+    print(format_load(load_table(moe)))   # tokens per expert since moe.reset_load(), all ranks
 
 Forward, on every rank, for its n tokens:
 
@@ -171,10 +171,15 @@ class MoE(Module):
         experts = [MLP([d_model, d_hidden, d_model], dtype=dtype, rng=rng)
                    for _ in range(n_experts)]  # all drawn, so that every P draws alike
         self.experts = ModuleList(experts[self.first_expert:self.first_expert + self.local])
-        # this rank's last forward: slots routed to and kept by each expert, capacity,
-        # tokens with no slot kept
-        self.routed, self.kept = np.zeros(n_experts, np.int64), np.zeros(n_experts, np.int64)
-        self.capacity = self.dropped_tokens = 0
+        self.capacity = 0  # of each expert, in the last forward
+        self.reset_load()
+
+    def reset_load(self) -> None:
+        """Count tokens afresh: ``load`` rows are the token slots routed to each expert,
+        those it processed and its capacity, summed over this rank's forwards since;
+        ``dropped_tokens`` the tokens none of whose slots was kept (:func:`load_table`)."""
+        self.load = np.zeros((3, self.n_experts), np.int64)
+        self.dropped_tokens = 0
 
     def forward(self, x) -> Tensor:
         x = as_tensor(x)
@@ -193,11 +198,12 @@ class MoE(Module):
         expert_of_slot = choice.T.reshape(-1)
         slots = xp.flatnonzero(kept.reshape(-1))
         slots = slots[xp.argsort(expert_of_slot[slots], kind="stable")]
-        self.routed = to_numpy(xp.bincount(expert_of_slot, minlength=self.n_experts))
-        self.kept = to_numpy(xp.bincount(expert_of_slot[slots], minlength=self.n_experts))
-        self.dropped_tokens = int((~kept.any(axis=0)).sum())
+        processed = to_numpy(xp.bincount(expert_of_slot[slots], minlength=self.n_experts))
+        self.load += np.stack([to_numpy(xp.bincount(expert_of_slot, minlength=self.n_experts)),
+                               processed, np.full(self.n_experts, self.capacity)])
+        self.dropped_tokens += int((~kept.any(axis=0)).sum())
         # 3. dispatch
-        rows, table = dispatch(x[slots % n], self.kept, self.comm)
+        rows, table = dispatch(x[slots % n], processed, self.comm)
         # 4. experts, each on its rows from every rank
         outputs, start = [], 0
         for expert, count in zip(self.experts, table.sum(axis=0).tolist(), strict=True):
@@ -219,15 +225,13 @@ class MoE(Module):
 
 
 def load_table(moe: MoE) -> dict[str, np.ndarray]:
-    """Tokens per expert in every rank's last forward through ``moe`` (all ranks call it),
-    summed over the ranks: arrays over the E experts of the token slots ``routed`` to
-    it, ``processed`` (kept) and ``dropped`` (over capacity), its ``capacity``; and
-    ``dropped_tokens``, the tokens none of whose slots was kept.
+    """Tokens per expert in the forwards through ``moe`` since ``moe.reset_load()``, summed
+    over the ranks (all ranks call it): arrays over the E experts of the token slots
+    ``routed`` to it, ``processed`` (kept) and ``dropped`` (over capacity), its
+    ``capacity``; and ``dropped_tokens``, the tokens none of whose slots was kept.
     Cost: one allreduce of 3E + 1 integers."""
-    mine = np.concatenate([moe.routed, moe.kept, np.full(moe.n_experts, moe.capacity),
-                           [moe.dropped_tokens]])
     # communication: every rank's counts, summed
-    total = allreduce(mine, moe.comm).astype(np.int64)
+    total = allreduce(np.append(moe.load.reshape(-1), moe.dropped_tokens), moe.comm)
     routed, processed, capacity = total[:-1].reshape(3, moe.n_experts)
     return dict(routed=routed, processed=processed, dropped=routed - processed,
                 capacity=capacity, dropped_tokens=total[-1])
