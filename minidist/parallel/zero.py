@@ -92,8 +92,10 @@ class ShardedOptimizer:
 
     ``optimizer``: a name of ``OPTIMIZERS`` or an ``Optimizer`` class of
     ``minidist.optim``, built on this rank's shard with the keyword arguments
-    ``hyper`` (``lr``, ``momentum``, ``betas``...). ``param_groups`` are its
-    (a learning-rate schedule changes them as usual).
+    ``hyper`` (``lr``, ``momentum``, ``betas``...). ``param_groups`` are that
+    optimiser's (a learning-rate schedule changes them as usual). A second
+    ShardedOptimizer of the same parameters points them at its own vector:
+    the first one no longer moves the model.
 
     Attributes: ``flat`` (the N parameters, which every ``p.data`` views),
     ``bounds`` (the shards), ``shard`` (this rank's, a ``Parameter``),
