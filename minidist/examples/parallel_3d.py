@@ -203,7 +203,7 @@ def parse_args(argv: list[str] | None, ranks: int) -> argparse.Namespace:
                         help="in-process ranks when not under mpirun (default: dp x pp x tp)")
     args = parser.parse_args(argv)
     if args.dp is None:
-        args.dp = max(1, (args.ranks or ranks) // (args.pp * args.tp))
+        args.dp = max(1, (ranks if args.ranks is None else args.ranks) // (args.pp * args.tp))
     return args
 
 
@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     c = world()
     in_process = isinstance(c, LocalCommunicator)
     args = parse_args(argv, 1 if in_process else c.size)
-    ranks = (args.ranks or args.dp * args.pp * args.tp) if in_process else c.size
+    ranks = c.size if not in_process else \
+        args.dp * args.pp * args.tp if args.ranks is None else args.ranks
     try:
         if not in_process and args.ranks not in (None, c.size):
             raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
     c = world()
     in_process = isinstance(c, LocalCommunicator)
-    ranks = (args.ranks or 1) if in_process else c.size
+    ranks = (1 if args.ranks is None else args.ranks) if in_process else c.size
     try:
         if not in_process and args.ranks not in (None, c.size):
             raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
