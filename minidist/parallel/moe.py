@@ -25,7 +25,12 @@ Forward, on every rank, for its n tokens:
    nothing to the output (a token whose slots are all dropped gets 0, and
    passes through the residual ``x + moe(x)`` unchanged). A skewed gate sends
    most tokens to few experts: those drop tokens while others idle, the load
-   imbalance the lecture warns about (:func:`load_table`);
+   imbalance the lecture warns about (:func:`load_table`). Training left alone
+   drifts there (the favoured experts learn, so they are favoured more); the
+   Switch Transformer's balancing loss, ``moe.balance_loss = E · Σ_e f_e · P_e``
+   (f_e: the share of slots routed to e, P_e: e's mean probability; 1 when
+   even, E when one expert takes all), added to the loss with a small weight
+   (0.01 in the paper), pushes back;
 3. dispatch (:func:`dispatch`): the kept slots' tokens, sorted by expert and so
    by the rank that holds it, go there with ``comm.alltoallv``, after an
    ``alltoall`` of the counts telling each rank how many rows each of its experts gets;
@@ -172,6 +177,7 @@ class MoE(Module):
                    for _ in range(n_experts)]  # all drawn, so that every P draws alike
         self.experts = ModuleList(experts[self.first_expert:self.first_expert + self.local])
         self.capacity = 0  # of each expert, in the last forward
+        self.balance_loss: Tensor | None = None  # of the last forward (module docstring, 2.)
         self.reset_load()
 
     def reset_load(self) -> None:
@@ -198,10 +204,13 @@ class MoE(Module):
         expert_of_slot = choice.T.reshape(-1)
         slots = xp.flatnonzero(kept.reshape(-1))
         slots = slots[xp.argsort(expert_of_slot[slots], kind="stable")]
+        routed = xp.bincount(expert_of_slot, minlength=self.n_experts)
         processed = to_numpy(xp.bincount(expert_of_slot[slots], minlength=self.n_experts))
-        self.load += np.stack([to_numpy(xp.bincount(expert_of_slot, minlength=self.n_experts)),
-                               processed, np.full(self.n_experts, self.capacity)])
+        self.load += np.stack([to_numpy(routed), processed, np.full(self.n_experts,
+                                                                    self.capacity)])
         self.dropped_tokens += int((~kept.any(axis=0)).sum())
+        share = (routed / max(k * n, 1)).astype(x.dtype)  # f_e, a count: no gradient
+        self.balance_loss = (probs.mean(axis=0) * share).sum() * self.n_experts
         # 3. dispatch
         rows, table = dispatch(x[slots % n], processed, self.comm)
         # 4. experts, each on its rows from every rank
@@ -247,8 +256,8 @@ def format_load(table: dict[str, np.ndarray]) -> str:
     routed, dropped = table["routed"], table["dropped"]
     imbalance = routed.max() / routed.mean() if routed.sum() else 1.0
     lines.append(f"{'all':>6} {routed.sum():>7} {table['processed'].sum():>9} "
-                 f"{dropped.sum():>7}   imbalance (max/mean routed) {imbalance:.2f}, "
-                 f"{table['dropped_tokens']} tokens dropped entirely")
+                 f"{dropped.sum():>7}   imbalance (max/mean routed) {imbalance:.2f}; "
+                 f"tokens with every slot dropped: {table['dropped_tokens']}")
     return "\n".join(lines)
 
 
