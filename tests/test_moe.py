@@ -103,10 +103,13 @@ def test_parameter_gradients_match_finite_differences() -> None:
     moe = MoE(3, 4, 4, top_k=2, capacity_factor=1.0, dtype=np.float64, rng=3)
     x, weight = tokens(0, 5, 3), tokens(1, 5, 3)
 
-    def loss() -> float:
-        return float((moe(x) * weight).sum().item())
+    def objective():  # the balancing loss too: its gradient reaches the gate
+        return (moe(x) * weight).sum() + moe.balance_loss
 
-    (moe(x) * weight).sum().backward()
+    def loss() -> float:
+        return float(objective().item())
+
+    objective().backward()
     for name, param in moe.named_parameters():
         flat, numeric = param.data.reshape(-1), np.zeros(param.size)
         for i in range(param.size):
@@ -144,19 +147,21 @@ def test_a_skewed_gate_overloads_one_expert_and_drops_its_tokens() -> None:
         moe.gate.weight.data[...] = 0
         moe.gate.weight.data[0] = 1  # expert 0 scores the sum of the (positive) features
         moe(x)
-        skewed = load_table(moe)
+        skewed = load_table(moe), moe.balance_loss.item()
         moe.reset_load()
         moe.gate.weight.data[...] = tokens(5, n_experts, d)
         moe(tokens(c.rank, n, d))
-        return skewed, load_table(moe)
+        return skewed, (load_table(moe), moe.balance_loss.item())
 
-    (skewed, even), _ = LocalCluster(p).run(body)
+    ((skewed, skewed_balance), (even, even_balance)), _ = LocalCluster(p).run(body)
     capacity = math.ceil(1.25 * n / n_experts)  # per rank
     assert skewed["routed"].tolist() == [p * n, 0, 0, 0]
     assert skewed["processed"].tolist() == [p * capacity, 0, 0, 0]
     assert skewed["capacity"].tolist() == [p * capacity] * n_experts
     assert skewed["dropped"][0] == skewed["dropped_tokens"] == p * (n - capacity)
     assert "imbalance (max/mean routed) 4.00" in format_load(skewed)
+    assert skewed_balance > 3.0  # E · P_0, P_0 the mean probability of expert 0
+    assert 0.9 < even_balance < 1.3  # 1 when perfectly even
     assert even["routed"].max() < p * n / 2 and even["dropped_tokens"] < skewed["dropped_tokens"]
     assert even["routed"].sum() == p * n
 
@@ -202,6 +207,19 @@ def test_average_gradients_is_the_gradient_of_the_mean_loss() -> None:
         np.testing.assert_allclose(grads["gate.weight"], single.gate.weight.grad, atol=1e-12)
         np.testing.assert_allclose(grads["experts.1.2.bias"],
                                    single.experts[first + 1][2].bias.grad, atol=1e-12)
+
+
+def test_a_rank_without_tokens_takes_part() -> None:
+    def body(c):
+        moe = MoE(3, 4, 4, top_k=2, comm=c, dtype=np.float64, rng=0)
+        x = md.Tensor(tokens(c.rank, 5 * c.rank, 3), requires_grad=True)
+        y = moe(x)
+        (y.sum() + moe.balance_loss).backward()
+        return y.shape, x.grad.shape, moe.balance_loss.item(), moe.gate.weight.grad
+
+    (y0, g0, balance0, gate0), (y1, g1, _, gate1) = LocalCluster(2).run(body)
+    assert y0 == g0 == (0, 3) and y1 == g1 == (5, 3) and balance0 == 0
+    assert np.all(gate0 == 0) and np.all(np.isfinite(gate1))
 
 
 def test_bad_arguments_are_named() -> None:

@@ -210,7 +210,8 @@ class MoE(Module):
                                                                     self.capacity)])
         self.dropped_tokens += int((~kept.any(axis=0)).sum())
         share = (routed / max(k * n, 1)).astype(x.dtype)  # f_e, a count: no gradient
-        self.balance_loss = (probs.mean(axis=0) * share).sum() * self.n_experts
+        mean_probs = probs.sum(axis=0) / max(n, 1)  # P_e (0, not NaN, with no tokens)
+        self.balance_loss = (mean_probs * share).sum() * self.n_experts
         # 3. dispatch
         rows, table = dispatch(x[slots % n], processed, self.comm)
         # 4. experts, each on its rows from every rank
