@@ -91,3 +91,17 @@ def test_checkpointing_benchmark_prints_three_rows_and_sqrt_l_keeps_least(capsys
     assert none > every > root  # bytes are counted, not timed: the same on every machine
     assert "target 1:" in out and out.split("target 1:")[1].split("\n")[0].endswith(": met")
     assert "target 2:" in out  # a time: printed, never asserted
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(250)
+def test_pipeline_benchmark_reports_throughput_bubbles_and_memory():
+    out = run("minidist.bench.pipeline", "--quick")
+    for row in ("one process, whole model", "naive model parallelism (M = 1)",
+                "naive schedule, 8 micro-batches", "GPipe", "1F1B", "1F1B, re-materialised"):
+        assert row in out
+    assert all(f"target {n}:" in out for n in range(1, 7))
+    # the modelled clock and the byte counts do not depend on the machine's speed
+    for n in (3, 5, 6):
+        assert next(line for line in out.splitlines()
+                    if line.startswith(f"target {n}:")).endswith(": met")
