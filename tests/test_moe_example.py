@@ -69,3 +69,19 @@ def test_the_example_under_mpiexec() -> None:
     assert "loss, 2 ranks" in out and "all 2 ranks (E = 4, top-1)" in out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("2 ")]
     assert abs(float(rows[0][3])) < 1e-6  # epoch 2: the difference from one process
+
+
+@pytest.mark.timeout(60)
+def test_moe_benchmark_counts_what_the_formula_says_and_prints_both_tables(capsys) -> None:
+    from minidist.bench import moe as bench
+
+    result = bench.main(["--ranks", "2,3", "--experts", "6", "--tokens", "16", "--d-model", "4",
+                         "--hidden", "8"])
+    out = capsys.readouterr().out
+    assert [(row["p"], row["top_k"]) for row in result["rows"]] == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    assert all(row["exact"] and row["measured"] == row["formula"] for row in result["rows"])
+    assert "measured = formula on every rank of every row: met" in out
+    random, skewed = result["tables"].values()
+    assert skewed["routed"][0] == skewed["routed"].max() > random["routed"].max()
+    assert skewed["dropped_tokens"] > random["dropped_tokens"]
+    assert out.count("imbalance (max/mean routed)") == 2
