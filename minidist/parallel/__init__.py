@@ -1,6 +1,7 @@
 """Parallel training machinery (Lectures 4-7): data parallelism with buckets, Hogwild's
 shared memory and worker processes, parameter servers (``ps``), pipelines (``pipeline``),
-mixtures of experts over ranks (``moe``), sharded data parallelism (``zero``).
+mixtures of experts over ranks (``moe``), sharded data parallelism (``zero``), tensor
+parallelism (``tensor_parallel``).
 GloVe's strategies live
 with GloVe, in ``minidist.glove``."""
 
@@ -12,10 +13,12 @@ from minidist.parallel.hogwild import HogwildRun, SharedArrays, run_hogwild
 from minidist.parallel.moe import MoE
 from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
+from minidist.parallel.tensor_parallel import ParallelMLP, ParallelSelfAttention
 from minidist.parallel.zero import ShardedOptimizer
 
-__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "MoE", "ParameterServer", "Pipeline",
-           "ServerOptimizer", "ShardedOptimizer", "SharedArrays", "run_hogwild"]
+__all__ = ["DataParallel", "HogwildRun", "KeyLayout", "MoE", "ParallelMLP",
+           "ParallelSelfAttention", "ParameterServer", "Pipeline", "ServerOptimizer",
+           "ShardedOptimizer", "SharedArrays", "run_hogwild"]
 
 # Old names of GloVe's trainers, resolved on first use (minidist.glove builds on this package).
 _MOVED = {"train_glove_ddp": "minidist.glove.ddp", "train_glove_sharded": "minidist.glove.sharded",

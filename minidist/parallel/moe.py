@@ -67,6 +67,7 @@ from minidist.backend import to_numpy, xp_of
 from minidist.comm import Communicator, LocalCluster, allreduce, alltoall, alltoallv
 from minidist.nn import MLP, Linear, Module, ModuleList, init
 from minidist.nn.functional import as_tensor
+from minidist.util.answers import lab_answer
 
 
 class AllToAll(Function):
@@ -109,6 +110,7 @@ def route(probs, top_k: int, capacity: int):
     return choice, (earlier < capacity).reshape(top_k, n)
 
 
+@lab_answer("lab08_moe_dispatch")
 def dispatch(rows: Tensor, expert_counts, c: Communicator) -> tuple[Tensor, np.ndarray]:
     """Send ``rows``, sorted by expert (``expert_counts[e]`` rows for expert e, E in all),
     to the ranks holding their experts (E/P consecutive experts per rank).
@@ -127,6 +129,7 @@ def dispatch(rows: Tensor, expert_counts, c: Communicator) -> tuple[Tensor, np.n
     return received[xp_of(received.data).asarray(by_expert(table))], table
 
 
+@lab_answer("lab08_moe_dispatch")
 def send_back(outputs: Tensor, table: np.ndarray, c: Communicator) -> Tensor:
     """:func:`dispatch` reversed: the rows of ``outputs`` (sorted by expert, as dispatch
     returned them) back to the ranks they came from, each rank's in the order it sent."""
