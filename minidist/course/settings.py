@@ -49,6 +49,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # factorisation through in-process servers, up to 9 ranks (~10 s for the whole notebook).
     "lab06_parameter_servers": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
                                          memory_mb=3072, cpu_s=300),
+    # Lab 7: every check runs small pipelines on in-process ranks (well under a second per
+    # check cell); the explore cells draw Gantt charts and start one 2-process MPI job (~1 s,
+    # more when loaded); the whole notebook runs in ~10 s.
+    "lab07_pipelines": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
+                                 cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 

@@ -1,0 +1,154 @@
+"""Lab 7, Tasks 4-5: what a pipeline costs, in time (the bubble) and in memory (activations).
+
+4. ``bubble``: the student's ``timed_pipeline`` trains one step through
+   ``Pipeline`` with a declared work per step, timed on the in-process
+   transport's modelled clock: its trace must be the library's own run's, to
+   the last bit (the same on any machine, under any load). Then the
+   student's ``bubbles(traces)`` against each stage's idle share of the span
+   computed here, on that run's traces and on traces made by hand (rows that
+   end at different times: the span is the whole step's, not the row's).
+5. ``checkpoint``: the student's ``checkpoint_segments(modules, segments, x)``
+   on an MLP: the loss and every gradient must equal those without
+   checkpointing (float64), and the most activation bytes the graph keeps at
+   once (``md.autograd.saved_bytes``) must fall to what checkpointing the
+   same segments with the library gives: an answer that keeps everything, or
+   cuts the graph instead of recomputing it, fails.
+
+While a task is checked, the library's answers to it are blocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from minidist.autograd import Tensor
+from minidist.autograd.checkpoint import checkpoint_sequential
+from minidist.autograd.memory import saved_bytes
+from minidist.labkit.blocking import blocked
+from minidist.labkit.checks import expect
+from minidist.labkit.lab07 import expect_one_process, make_batch
+from minidist.labkit.ranks import run_ranks
+from minidist.nn import MLP
+from minidist.nn.functional import cross_entropy
+from minidist.parallel.pipeline import Pipeline
+
+LIBRARY_BUBBLE = ("lab07_bubble", "minidist.viz.gantt.stage_bubbles")
+LIBRARY_CHECKPOINT = ("lab07_checkpoint",)
+WIDTH = 8  # the timed MLP: [8] * (layers + 1)
+
+
+# --- Task 4: the bubble, measured ------------------------------------------------------------
+def timed_run(timed_pipeline: Callable[..., Any], stages: int, micro_batches: int,
+              schedule: str, forward_s: float, backward_s: float, what: str,
+              block: tuple[str, ...] = ()) -> list[list[tuple[str, float, float]]]:
+    """``timed_pipeline(c, model, x, y, schedule, M, forward_s, backward_s)`` on K ranks."""
+    x, y = make_batch((WIDTH,) * 2, 4 * micro_batches, 0)
+
+    def body(c: Any) -> Any:
+        model = MLP([WIDTH] * (2 * stages + 1), dtype=np.float64, rng=0)
+        return timed_pipeline(c, model, x, y, schedule, micro_batches, forward_s, backward_s)
+
+    return run_ranks(body, stages, what, block)[0]
+
+
+def library_timed_pipeline(c: Any, model: Any, x: Any, y: Any, schedule: str,
+                           micro_batches: int, forward_s: float, backward_s: float) -> Any:
+    """Task 4's answer: each step declares its work; the trace is on the modelled clock."""
+    def work(step, rows):
+        return forward_s if step.phase == "F" else backward_s
+
+    pipe = Pipeline(model, c, micro_batches, schedule=schedule, work=work,
+                    clock=lambda: c.stats.clock)
+    pipe.train_step(x if c.rank == 0 else None, y if pipe.is_last else None)
+    return pipe.last_run.trace
+
+
+def idle_shares(traces: list[list[tuple[str, float, float]]]) -> list[float]:
+    """Each row's idle share of the whole span (the check's own arithmetic)."""
+    span = max(end for trace in traces for _, _, end in trace)
+    return [float(1 - sum(end - start for _, start, end in trace) / span) for trace in traces]
+
+
+def hand_made_traces() -> list[list[tuple[str, float, float]]]:
+    """Three rows that start and end at different times, with gaps inside; the middle
+    one ends last (in a pipeline's step, rank 0 does)."""
+    return [[("F0", 0.0, 1.0), ("F1", 1.0, 2.0), ("B0", 5.0, 7.0), ("B1", 8.0, 10.0)],
+            [("F0", 1.0, 2.0), ("B0", 3.0, 5.0), ("F1", 5.5, 6.5), ("B1", 8.5, 11.0)],
+            [("F0", 2.0, 3.0), ("B0", 3.0, 4.0)]]
+
+
+def check_bubble(timed_pipeline: Callable[..., Any], bubbles: Callable[..., Any],
+                 stages: int, micro_batches: int, schedule: str = "1f1b",
+                 forward_s: float = 1e-3, backward_s: float = 2e-3,
+                 block: tuple[str, ...] = LIBRARY_BUBBLE) -> None:
+    """The answer's trace is the library's run's, exactly; its ``bubbles`` is each
+    stage's idle share of the span."""
+    __tracebackhide__ = True
+    what = (f"timed_pipeline, {stages} stages, {micro_batches} micro-batches, {schedule}, "
+            f"forward {forward_s * 1e3:g} ms, backward {backward_s * 1e3:g} ms")
+    expected = timed_run(library_timed_pipeline, stages, micro_batches, schedule, forward_s,
+                         backward_s, what)
+    got = timed_run(timed_pipeline, stages, micro_batches, schedule, forward_s, backward_s,
+                    what, block)
+    for k, (trace, reference) in enumerate(zip(got, expected, strict=True)):
+        steps = [s for s, *_ in reference]
+        expect(isinstance(trace, list) and [s for s, *_ in trace] == steps,
+               f"{what}: rank {k} returned {trace!r:.80}; expected its trace, "
+               f"pipe.last_run.trace: (step, start, end) for its steps {' '.join(steps)}")
+        for (step, start, end), (_, at, to) in zip(trace, reference, strict=True):
+            expect(np.isclose(start, at, rtol=1e-9, atol=1e-12)
+                   and np.isclose(end, to, rtol=1e-9, atol=1e-12),
+                   f"{what}: rank {k}'s {step} ran from {start * 1e3:.4g} to {end * 1e3:.4g} "
+                   f"ms, expected {at * 1e3:.4g} to {to * 1e3:.4g} ms on the modelled clock: "
+                   "declare forward_s for each forward and backward_s for each backward "
+                   "(Pipeline's work), and time with clock=lambda: c.stats.clock")
+    for name, traces in (("the traces of that run", expected),
+                         ("these traces", hand_made_traces())):
+        with blocked(*block):
+            idle = bubbles([list(t) for t in traces])
+        shown = "" if traces is expected else f" {traces}"
+        right = idle_shares(traces)
+        expect(isinstance(idle, list | tuple | np.ndarray) and len(idle) == len(right)
+               and np.allclose(np.asarray(idle, dtype=float), right, rtol=1e-9, atol=1e-12),
+               f"bubbles on {name}{shown} returned {idle!r}, expected "
+               f"{[round(b, 6) for b in right]}: each row's idle share of the span, "
+               "1 - (its busy time) / (the latest end of any row; every row starts at 0)")
+
+
+# --- Task 5: gradient checkpointing -------------------------------------------------------
+def checkpointed_step(forward: Callable[[Any], Tensor], sizes: list[int], batch: int,
+                      seed: int) -> tuple[float, dict[str, np.ndarray | None], int]:
+    """Loss, gradients and peak saved-activation bytes of one step through ``forward``."""
+    model = MLP(sizes, dtype=np.float64, rng=seed)
+    x, y = make_batch(tuple(sizes), batch, seed)
+    with saved_bytes() as saved:
+        loss = cross_entropy(forward(model, Tensor(x)), y)
+        loss.backward()
+    return loss.item(), {n: p.grad for n, p in model.named_parameters()}, saved.peak
+
+
+def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, segments: int,
+                        width: int = 8, batch: int = 16, seed: int = 0,
+                        block: tuple[str, ...] = LIBRARY_CHECKPOINT) -> None:
+    """An MLP of ``layers`` Linear layers, its 2·layers - 1 modules cut into ``segments``:
+    one process's gradients, and no more saved bytes than the library's checkpoints."""
+    __tracebackhide__ = True
+    sizes = [width] * layers + [3]
+    what = (f"checkpoint_segments on an MLP of {layers} layers ({2 * layers - 1} modules), "
+            f"{segments} segments, a batch of {batch}")
+    loss, grads, plain = checkpointed_step(lambda model, x: model(x), sizes, batch, seed)
+    *_, least = checkpointed_step(
+        lambda model, x: checkpoint_sequential(list(model), segments, x), sizes, batch, seed)
+    with blocked(*block):
+        got_loss, got_grads, peak = checkpointed_step(
+            lambda model, x: checkpoint_segments(list(model), segments, x), sizes, batch, seed)
+    expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "
+                       "the last through md.checkpoint, which recomputes it in backward; a "
+                       "segment run under no_grad alone cuts the graph")
+    expect(peak <= least, f"{what}: the graph kept up to {peak} bytes of activations at once; "
+           f"without checkpointing it keeps {plain}, with each segment but the last "
+           f"checkpointed {least}: pass each segment but the last through checkpoint(run, x), "
+           "so that only its input is kept")
