@@ -31,6 +31,14 @@ def test_every_row_is_measured_for_every_width_on_in_process_ranks(capsys):
     assert "target: TP = 2 step <= 0.75x one process's at d = 64 (median): " in out
 
 
+@pytest.mark.timeout(60)
+def test_zero_and_moe_tables_are_printed_by_their_own_benchmarks(capsys):
+    assert bench.main(["--quick", "--part", "counts"]) == 0
+    out = capsys.readouterr().out
+    assert "# 2. ZeRO" in out and "counted = formula on every rank, bytes held and sent: yes" in out
+    assert "# 3. MoE" in out and "target: measured = formula on every rank of every row: met" in out
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(250)
 def test_the_benchmark_restarts_itself_under_mpiexec_and_prints_table_and_target():
@@ -41,9 +49,11 @@ def test_the_benchmark_restarts_itself_under_mpiexec_and_prints_table_and_target
     header = next(line for line in lines if line.split()[:1] == ["d"])
     for column in ("one process", "TP = 2", "TP compute", "2 allreduces", "allreduce share"):
         assert column in header
-    assert [line.split()[0] for line in lines if line.split()[0] in ("32", "64")] == ["32", "64"]
+    assert [line.split()[0] for line in lines if line.split()[:1] in (["32"], ["64"])] == \
+        ["32", "64"]
     target = next(line for line in lines if line.startswith("target:"))
     assert target.split(": ")[-1].split()[0] in ("met", "MISSED")
+    assert "# 2. ZeRO" in done.stdout and "# 3. MoE" in done.stdout
 
 
 @pytest.mark.mpi

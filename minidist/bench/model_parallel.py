@@ -1,30 +1,32 @@
-"""Tensor parallelism benchmark: Megatron's MLP block split over P = 2 processes against one.
+"""Model parallelism benchmark: a tensor-parallel block against one process; ZeRO; MoE.
 
     python -m minidist.bench.model_parallel            # restarts itself: mpiexec -n 2
     python -m minidist.bench.model_parallel --quick    # a small run (the test suite's)
     mpirun -n 2 python -m mpi4py -m minidist.bench.model_parallel --widths 1024
+    python -m minidist.bench.model_parallel --part counts    # parts 2 and 3 alone
 
-The block is ``ParallelMLP`` (``minidist.parallel.tensor_parallel``):
-y = relu(x W1^T + b1) W2^T + b2 with 4d hidden units, on ``--tokens`` tokens
-(batch x sequence, flattened) of width d, float32. A step is its forward
-and backward (a fixed upstream gradient, the weights' and the input's
-gradients computed); for each width d of ``--widths``, four measurements
-take turns ``--rounds`` times (a change of load hits them alike):
+**1. Tensor parallelism**, on MPI processes. The block is ``ParallelMLP``
+(``minidist.parallel.tensor_parallel``): y = relu(x W1^T + b1) W2^T + b2 with
+4d hidden units, on ``--tokens`` tokens (batch x sequence, flattened) of
+width d, float32. A step is its forward and backward (a fixed upstream
+gradient; the weights' and the input's gradients computed); for each width
+d of ``--widths``, four measurements take turns ``--rounds`` times (a
+change of load hits them alike):
 
-1. **one process**: rank 0 runs the whole block, on a communicator of its
+a. **one process**: rank 0 runs the whole block, on a communicator of its
    own, while the other ranks wait (yielding their cores: when it restarts
    itself, MPICH gets ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1``);
-2. **TP = P**: every rank its 1/P of the hidden units, one allreduce of the
+b. **TP = P**: every rank its 1/P of the hidden units, one allreduce of the
    n x d output forward and one of the input's gradient backward;
-3. **TP compute**: every rank runs its slice alone, at the same time: the
-   arithmetic of 2 without its two messages;
-4. **2 allreduces**: ``comm.allreduce`` of n x d float32 twice, as the block
+c. **TP compute**: every rank runs its slice alone, at the same time: the
+   arithmetic of b without its two messages;
+d. **2 allreduces**: ``comm.allreduce`` of n x d float32 twice, as the block
    calls it (ring, no agreement check), a fresh input each time.
 
 A step is timed by its slowest rank, between barriers; the median of
 ``--steps`` steps per turn (after ``--warmup``) over the turns is shown, and
 the best step (the least disturbed by other jobs). The allreduce share is
-4 over 2. Flops per step: 12·n·d·h (forward 4ndh, backward 8ndh), h = 4d;
+row d's time over row b's. Flops per step: 12·n·d·h (forward 4ndh, backward 8ndh), h = 4d;
 the allreduces move 2 x 2(P-1)/P·n·d values per rank: compute grows as d²,
 communication as d, so the share shrinks as the block widens.
 
@@ -35,8 +37,11 @@ about 100 GFLOP a step against 2 x 8 MiB allreduced): the TP = 2 step
 memory bandwidth and caches lose. On a machine shared with other jobs the
 figures move; run it twice.
 
-ZeRO's memory per rank and MoE's all-to-all bytes have benchmarks of their
-own (``minidist.bench.zero``, ``minidist.bench.moe``).
+**2. ZeRO**: the bytes of model states each rank holds and sends per step
+under DDP, ZeRO-1 and ZeRO-2 (``minidist.bench.zero``'s table), and **3. MoE**:
+the all-to-all bytes per step of an expert-parallel layer and the tokens per
+expert (``minidist.bench.moe``'s tables). Both are counted on in-process
+ranks, beside their formulas: the same figures on every machine.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from collections.abc import Callable
 import numpy as np
 
 from minidist.autograd import Tensor
+from minidist.bench import moe, zero
 from minidist.comm import Communicator, LocalCommunicator, allreduce, world
 from minidist.parallel.tensor_parallel import ParallelMLP
 from minidist.util.mpiexec import run_module_under_mpi
@@ -140,7 +146,7 @@ def report(c: Communicator, args: argparse.Namespace) -> list[dict]:
     if c.rank != 0:
         return results
     p = c.size
-    print(f"# tensor-parallel MLP block (hidden 4d) at TP = {p} vs one process: "
+    print(f"# 1. tensor-parallel MLP block (hidden 4d) at TP = {p} vs one process: "
           f"{args.tokens} tokens, float32, forward + backward; median (best) of "
           f"{args.rounds} x {args.steps} steps in ms; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")
@@ -174,6 +180,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per turn")
     parser.add_argument("--rounds", type=int, default=2,
                         help="the measurements take turns this many times")
+    parser.add_argument("--part", choices=("tp", "counts"), default=None,
+                        help="part 1 alone (tp) or parts 2 and 3 alone (default: all)")
     parser.add_argument("--quick", action="store_true", help="a small, fast run (tests)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -181,18 +189,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def counted_tables(quick: bool) -> None:
+    """Parts 2 and 3: ZeRO's and MoE's benchmarks, as they print them (in-process ranks)."""
+    print("\n# 2. ZeRO: model states held and bytes sent per rank (python -m minidist.bench.zero)")
+    zero.main(["--ranks", "1,2", "--sizes", "8,16,4"] if quick else [])
+    print("\n# 3. MoE: all-to-all bytes and tokens per expert (python -m minidist.bench.moe)")
+    moe.main(["--ranks", "2", "--experts", "4", "--tokens", "32", "--d-model", "8",
+              "--hidden", "16"] if quick else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     c = world()
-    if isinstance(c, LocalCommunicator):  # not under MPI: restart under mpiexec
-        # the ranks that wait while rank 0 runs alone yield their core instead of spinning
-        os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
-        return run_module_under_mpi("minidist.bench.model_parallel", args.ranks, argv)
-    if c.size < 2 or any(4 * d % c.size for d in args.widths):
-        raise SystemExit(f"bench.model_parallel: needs P >= 2 ranks dividing every block's "
-                         f"4d hidden units; got P = {c.size}, widths {args.widths}")
-    report(c, args)
+    if isinstance(c, LocalCommunicator):  # not under MPI: part 1 under mpiexec, then 2 and 3
+        code = 0
+        if args.part in (None, "tp"):
+            # the ranks that wait while rank 0 runs alone yield their core instead of spinning
+            os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
+            code = run_module_under_mpi("minidist.bench.model_parallel", args.ranks,
+                                        [*argv, "--part", "tp"])
+        if code == 0 and args.part in (None, "counts"):
+            counted_tables(args.quick)
+        return code
+    if args.part in (None, "tp"):
+        if c.size < 2 or any(4 * d % c.size for d in args.widths):
+            raise SystemExit(f"bench.model_parallel: needs P >= 2 ranks dividing every "
+                             f"block's 4d hidden units; got P = {c.size}, widths {args.widths}")
+        report(c, args)
+    if c.rank == 0 and args.part in (None, "counts"):
+        counted_tables(args.quick)
     return 0
 
 
