@@ -131,6 +131,8 @@ def exchange_schedule(order: str, stages: int, micro_batches: int) -> list[list[
     another order than stage 0 sends them (only the tags can match them up)."""
     if order != "shuffled":
         return make_schedule(order, stages, micro_batches)
+    if stages < 2:
+        raise ValueError(f"the shuffled order needs at least 2 stages, got {stages}")
     schedule = make_schedule("gpipe", stages, micro_batches)
     turned = list(reversed(range(micro_batches)))
     schedule[1] = [Step(1, m, "F") for m in turned] + [Step(1, m, "B") for m in turned]
