@@ -100,9 +100,9 @@ def train(grid: ProcessGrid, args: argparse.Namespace, progress: bool = True
         if last:
             bar.set_postfix(loss=f"{loss:.4f}")
     seconds = time.perf_counter() - start
-    names = [int(name) for name in stage._modules]
+    held = sorted({int(name.split(".")[0]) for name, _ in stage.named_parameters()})
     blocks = sum(isinstance(layer, Block) for layer in stage)
-    counts = np.array([names[0], names[-1], blocks, *(sent / args.steps)])
+    counts = np.array([held[0], held[-1], blocks, *(sent / args.steps)])
     return dict(losses=np.array(losses), seconds=seconds, counts=counts)
 
 
@@ -203,7 +203,8 @@ def parse_args(argv: list[str] | None, ranks: int) -> argparse.Namespace:
                         help="in-process ranks when not under mpirun (default: dp x pp x tp)")
     args = parser.parse_args(argv)
     if args.dp is None:
-        args.dp = max(1, (ranks if args.ranks is None else args.ranks) // (args.pp * args.tp))
+        given = ranks if args.ranks is None else args.ranks
+        args.dp = max(1, given // max(1, args.pp * args.tp))
     return args
 
 
@@ -212,8 +213,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     c = world()
     in_process = isinstance(c, LocalCommunicator)
     args = parse_args(argv, 1 if in_process else c.size)
-    ranks = c.size if not in_process else \
-        args.dp * args.pp * args.tp if args.ranks is None else args.ranks
+    ranks = c.size
+    if in_process:
+        ranks = args.dp * args.pp * args.tp if args.ranks is None else args.ranks
     try:
         if not in_process and args.ranks not in (None, c.size):
             raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "

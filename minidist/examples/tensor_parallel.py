@@ -66,8 +66,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def check_model_args(args: argparse.Namespace, tp: int) -> None:
     """Refuse what the model cannot be, before any message."""
-    if args.steps < 1 or args.batch < 1 or args.layers < 1:
-        raise ValueError("--steps, --batch and --layers must be >= 1")
+    if min(args.steps, args.batch, args.layers, args.context, args.d, args.heads) < 1:
+        raise ValueError("--steps, --batch, --layers, --context, --d and --heads must be >= 1")
     if args.d % args.heads:
         raise ValueError(f"--d {args.d} is not divisible by --heads {args.heads}")
     if args.heads % tp:
@@ -99,8 +99,8 @@ def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> d
     for _ in bar:
         ids, targets = text.batch(rng, args.batch, args.context)  # 2. the same batch everywhere
         opt.zero_grad()
-        loss = sequence_loss(model(ids), targets)    # 3. forward: one allreduce per half-block
-        loss.backward()                              # 4. backward: one more each
+        loss = sequence_loss(model(ids), targets)    # 3. forward: an allreduce per attention
+        loss.backward()                              # 4. and per MLP; backward: one more each
         opt.step()                                   # 5. every rank updates its own slices
         losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
