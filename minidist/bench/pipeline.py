@@ -27,7 +27,7 @@ micro-batch is its rows x width; each stage computes rows x width² x layers).
    forward 1 unit per row, a backward 2), for K in {2, 4} and M in {1, 4, 8,
    16}: the formula's setting, equal stages.
 3. The same on the two MPI processes, from the steps' wall-clock trace (the
-   busy time leaves the waits out), median of ``--steps`` steps. Real stages
+   busy time leaves the waits out), median of ``--bubble-steps`` steps. Real stages
    are not equal: the last one also computes the loss, and the first one
    skips the gradient of its input (the batch needs none), so the first
    stage's backward is shorter and it waits for the second's gradients: its
@@ -139,7 +139,7 @@ def on_mpi(c: Communicator, args: argparse.Namespace) -> dict:
     for schedule in ("gpipe", "1f1b"):
         for m in args.bubble_m:
             pipe = Pipeline(deep_mlp(args), c, m, schedule=schedule)
-            traces[schedule, m] = pipeline_steps(c, pipe, x, y, args.steps, 1)["traces"]
+            traces[schedule, m] = pipeline_steps(c, pipe, x, y, args.bubble_steps, 1)["traces"]
     return dict(times=times, traces=traces)
 
 
@@ -263,10 +263,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per turn")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per turn")
     parser.add_argument("--rounds", type=int, default=5, help="turns of the throughput part")
+    parser.add_argument("--bubble-steps", type=int, default=5, help="traced steps per MPI bubble")
     args = parser.parse_args(argv)
     args.bubble_m = [1, 4, 8, 16]
     if args.quick:
         args.width, args.batch, args.steps, args.rounds, args.bubble_m = 32, 64, 1, 1, [1, 4]
+        args.bubble_steps = 1
     return args
 
 

@@ -29,12 +29,14 @@ forward.
 
 The last rank prints the schedule, shows the progress bar and prints the
 accuracy and the bubble of the last mini-batch, per stage (idle share of its
-span, on the wall clock), beside the formula (K-1)/(M+K-1).
-``--gantt FILE.png`` draws that mini-batch as a Gantt chart
-(``minidist.viz.plot_gantt``). With micro-batches of 4 digits, messages and
-Python cost as much as the arithmetic: the measured bubble is larger than
-the formula's; ``python -m minidist.bench.pipeline`` measures it on a model
-big enough for compute to dominate.
+span, on the wall clock), beside the formula: (K-1)/(M+K-1), or (K-1)/K for
+the naive schedule. ``--gantt FILE.png`` draws that mini-batch as a Gantt
+chart (``minidist.viz.plot_gantt``). The formula assumes equal stages; these
+are not: with micro-batches of 4 digits, Python's cost per op outweighs the
+arithmetic, and the last stage runs more ops (the activation, the loss), so
+the first one idles most of the time, waiting for it.
+``python -m minidist.bench.pipeline`` measures the bubble on a model big
+enough for the arithmetic to dominate.
 """
 
 from __future__ import annotations
@@ -179,12 +181,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         if c.rank != c.size - 1:
             return None
     measured = stage_bubbles(result["traces"])
+    formula = (f"(K-1)/K = {(ranks - 1) / ranks:.0%}" if args.schedule == "naive" else
+               f"(K-1)/(M+K-1) = {bubble_formula(ranks, args.micro_batches):.0%}")
     print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs, "
           f"{args.schedule} on {ranks} stage(s), {args.micro_batches} micro-batches "
           f"({result['seconds']:.1f} s of training); bubble of the last mini-batch per stage "
-          + ", ".join(f"{b:.0%}" for b in measured)
-          + f" (formula (K-1)/(M+K-1) = {bubble_formula(ranks, args.micro_batches):.0%})",
-          flush=True)
+          + ", ".join(f"{b:.0%}" for b in measured) + f" (formula {formula})", flush=True)
     if args.gantt:
         from minidist.viz.gantt import plot_gantt
 
