@@ -54,6 +54,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # more when loaded); the whole notebook runs in ~10 s.
     "lab07_pipelines": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
                                  cpu_s=300),
+    # Lab 8: every check runs small tensor-parallel blocks, all-to-alls and ZeRO steps on up to
+    # 5 in-process ranks (well under a second per check cell); the explore cells count ZeRO's
+    # memory at P = 1-8, a split MLP's traffic and the experts' load (~5 s for the notebook).
+    "lab08_model_parallel": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
+                                      memory_mb=3072, cpu_s=300),
 }
 DEFAULT_LIMITS = LabLimits()
 

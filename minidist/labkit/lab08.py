@@ -1,0 +1,247 @@
+"""Checks for Lab 8 (tensor, expert and sharded parallelism), Tasks 1 and 2: tensor parallelism.
+
+1. ``f_and_g``: the student's two autograd Functions on P in-process ranks.
+   f (copy to ranks): forward returns x as it is and sends nothing; backward
+   gives x the sum over the ranks of their gradients, with the traffic of one
+   ``comm.allreduce``. g (sum over ranks): forward returns the sum of the
+   ranks' partial outputs with one allreduce; backward passes the gradient
+   through and sends nothing.
+2. ``mlp_split``: the student's MLP block built on every rank from the whole
+   weights. Each rank keeps its slice (the rows of w1 and b1 of its hidden
+   units, the same columns of w2, b2 whole); the output, the input's gradient
+   and every weight's gradient equal the whole block's in one process
+   (float64); forward sends exactly one allreduce of the output and backward
+   one of the input's gradient, counted by the transport: an answer that
+   allreduces twice, or gathers the hidden layer, fails there.
+3. ``moe_dispatch``: ``lab08_moe.py``; 4. ``zero_step``: ``lab08_zero.py``.
+
+Traffic is compared with what the library's collectives send for the same
+arrays, with or without their agreement check (``check=``), each rank's
+messages and bytes in each phase (:class:`Phases`). Every multi-rank run is
+bounded in time (``run_ranks``) and a deadlock is an error, never a hang.
+While a task is checked the library's answer to it is blocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from minidist.autograd import Function, Tensor
+from minidist.backend import to_numpy
+from minidist.comm import allreduce
+from minidist.labkit.checks import CheckFailed, expect, expect_close
+from minidist.labkit.ranks import run_ranks
+from minidist.nn import functional as F
+from minidist.parallel.tensor_parallel import ParallelMLP
+
+LIBRARY_F_AND_G = ("lab08_f_and_g",)
+LIBRARY_MLP_SPLIT = ("lab08_mlp_split",)
+Traffic = list[tuple[int, int]]  # (messages, bytes) sent by each rank
+
+
+class Phases:
+    """What one rank sent in each named phase: ``with phases("forward"): ...``, then
+    ``phases.sent["forward"]`` is ``(messages, bytes)``."""
+
+    def __init__(self, c: Any) -> None:
+        self.c, self.sent = c, {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        stats = self.c.stats
+        messages, sent = stats.messages_sent, stats.bytes_sent
+        yield
+        self.sent[name] = (stats.messages_sent - messages, stats.bytes_sent - sent)
+
+
+def traffic(world_size: int, body: Callable[[Any], None]) -> Traffic:
+    """Each rank's (messages, bytes) sent by ``body(c)`` on in-process ranks, unblocked."""
+    _, stats = run_ranks(body, world_size, "the library's collectives", block=())
+    return [(s.messages_sent, s.bytes_sent) for s in stats]
+
+
+def allreduce_traffic(world_size: int, shapes: list[tuple[int, ...]], check: bool) -> Traffic:
+    """What one float64 ``comm.allreduce`` per shape sends from each rank."""
+    def body(c: Any) -> None:
+        for shape in shapes:
+            allreduce(np.zeros(shape), c, check=check)
+
+    return traffic(world_size, body)
+
+
+def expect_traffic(what: str, got: Traffic, options: list[Traffic], claim: str,
+                   hints: Callable[[], dict[str, list[Traffic]]] = dict) -> None:
+    """Each rank's (messages, bytes) must be one of ``options`` (the library's collectives
+    with or without their check), as ``claim`` says; ``hints()``, computed only on a
+    failure, names traffic the answer may have sent instead."""
+    __tracebackhide__ = True
+    if got in options:
+        return
+    rank = next(r for r in range(len(got)) if got[r] != options[0][r])
+    (messages, sent), (m0, b0) = got[rank], options[0][rank]
+    times = (f", as many messages as {messages // m0} allreduces" if m0 and messages > m0
+             and messages % m0 == 0 and "allreduce" in claim else "")
+    named = next((f": that is {name}" for name, traffics in hints().items()
+                  if got in traffics), times)
+    raise CheckFailed(f"{what}: rank {rank} sent {messages} messages ({sent} bytes){named}; "
+                      f"{claim}: {m0} messages ({b0} bytes)")
+
+
+def per_rank(results: list[dict[str, Any]], phase: str) -> Traffic:
+    return [r["sent"][phase] for r in results]
+
+
+# --- Task 1: f and g -------------------------------------------------------------------------
+def check_f_and_g(copy_to_ranks: type, sum_over_ranks: type, world_size: int,
+                  shape: tuple[int, ...], seed: int = 0,
+                  block: tuple[str, ...] = LIBRARY_F_AND_G) -> None:
+    """f = ``copy_to_ranks.apply(x, c)`` on the same x everywhere, backward from a
+    different dL/dy on each rank; g = ``sum_over_ranks.apply(partial, c)`` on a different
+    partial on each rank, backward from the same dL/dz everywhere: values and traffic."""
+    __tracebackhide__ = True
+    for cls, name in ((copy_to_ranks, "f"), (sum_over_ranks, "g")):
+        expect(isinstance(cls, type) and issubclass(cls, Function), f"{name} must be a "
+               f"minidist Function (a class with forward and backward), got {cls!r}")
+    what = (f"{copy_to_ranks.__name__} (f) and {sum_over_ranks.__name__} (g), "
+            f"P = {world_size}, arrays of shape {shape}")
+    rng = np.random.default_rng(seed)
+    x, partials = rng.normal(size=shape), rng.normal(size=(world_size, *shape))
+    dy, dz = rng.normal(size=(world_size, *shape)), rng.normal(size=shape)
+
+    def body(c: Any) -> dict[str, Any]:
+        phases, xt = Phases(c), Tensor(x.copy(), requires_grad=True)
+        with phases("f forward"):
+            y = copy_to_ranks.apply(xt, c)
+        with phases("f backward"):
+            (y * Tensor(dy[c.rank])).sum().backward()
+        pt = Tensor(partials[c.rank].copy(), requires_grad=True)
+        with phases("g forward"):
+            z = sum_over_ranks.apply(pt, c)
+        with phases("g backward"):
+            (z * Tensor(dz)).sum().backward()
+        return dict(y=to_numpy(y.data), x_grad=xt.grad, z=to_numpy(z.data),
+                    partial_grad=pt.grad, sent=phases.sent)
+
+    results, _ = run_ranks(body, world_size, what, block)
+    one = [allreduce_traffic(world_size, [shape], check) for check in (True, False)]
+    nothing = [[(0, 0)] * world_size]
+    for rank, r in enumerate(results):
+        expect_close(f"{what}: f's forward on rank {rank} (the identity: every rank already "
+                     "holds the whole x)", r["y"], x, rtol=1e-12, atol=1e-14)
+    expect_traffic(f"{what}: f's forward", per_rank(results, "f forward"), nothing,
+                   "f's forward sends nothing")
+    expect_sum(f"{what}: f's backward, x's gradient on rank", "dL/dx", results, "x_grad", dy,
+               "each rank's slice of the layer gave a part of dL/dx: f's backward sums them")
+    expect_traffic(f"{what}: f's backward", per_rank(results, "f backward"), one,
+                   "f's backward sends one allreduce of the gradient")
+    expect_sum(f"{what}: g's forward on rank", "partial output", results, "z", partials,
+               "g's forward sums the ranks' partial outputs (one allreduce)")
+    expect_traffic(f"{what}: g's forward", per_rank(results, "g forward"), one,
+                   "g's forward sends one allreduce of the partial output")
+    for rank, r in enumerate(results):
+        try:
+            expect_close(f"{what}: g's backward, the partial's gradient on rank {rank}",
+                         r["partial_grad"], dz, rtol=1e-12, atol=1e-14)
+        except CheckFailed as failure:
+            summed = r["partial_grad"] is not None and np.allclose(r["partial_grad"],
+                                                                   world_size * dz)
+            raise CheckFailed(f"{failure}" + (" -- that is the sum over the ranks of dL/dz; "
+                              "every rank already holds the whole dL/dz, so g's backward is "
+                              "the identity" if summed else "")) from None
+    expect_traffic(f"{what}: g's backward", per_rank(results, "g backward"), nothing,
+                   "g's backward sends nothing")
+
+
+def expect_sum(what: str, name: str, results: list[dict[str, Any]], key: str,
+               parts: np.ndarray, rule: str) -> None:
+    """Every rank's ``key`` is the sum of ``parts`` over the ranks (``rule`` says why)."""
+    __tracebackhide__ = True
+    for rank, r in enumerate(results):
+        try:
+            expect_close(f"{what} {rank}", r[key], parts.sum(axis=0), rtol=1e-10, atol=1e-12)
+        except CheckFailed as failure:
+            own = r[key] is not None and np.allclose(r[key], parts[rank], rtol=1e-12)
+            hint = f"that is this rank's own {name}: " if own else ""
+            raise CheckFailed(f"{failure} -- {hint}{rule}") from None
+
+
+# --- Task 2: the MLP split by columns, then rows ---------------------------------------------
+def whole_mlp(w: dict[str, np.ndarray], x: np.ndarray, dy: np.ndarray,
+              activation: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The whole block in one process: output, dL/dx and each weight's gradient."""
+    t = {name: Tensor(value, requires_grad=True) for name, value in w.items()}
+    xt = Tensor(x, requires_grad=True)
+    hidden = getattr(F, activation)(F.linear(xt, t["w1"], t["b1"]))
+    y = F.linear(hidden, t["w2"], t["b2"])
+    (y * Tensor(dy)).sum().backward()
+    return y.data, xt.grad, {name: p.grad for name, p in t.items()}
+
+
+def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
+                    rows: tuple[int, ...], activation: str = "relu", seed: int = 0,
+                    block: tuple[str, ...] = LIBRARY_MLP_SPLIT) -> None:
+    """``mlp_class(w1, b1, w2, b2, c, activation)`` on every rank, x of shape (*rows, d):
+    the slices each rank keeps, the output and every gradient against the whole block in
+    one process, and exactly one allreduce forward and one backward."""
+    __tracebackhide__ = True
+    what = (f"{mlp_class.__name__}, P = {world_size}, d = {d}, {hidden} hidden units, "
+            f"{activation}, x of shape {(*rows, d)}")
+    expect(isinstance(mlp_class, type) and not issubclass(mlp_class, ParallelMLP),
+           f"{what}: build your class on Module, not on the library's ParallelMLP")
+    rng = np.random.default_rng(seed)
+    shapes = {"w1": (hidden, d), "b1": (hidden,), "w2": (d, hidden), "b2": (d,)}
+    w = {name: rng.normal(size=shape) / np.sqrt(shape[-1]) for name, shape in shapes.items()}
+    x, dy = rng.normal(size=(*rows, d)), rng.normal(size=(*rows, d))
+    y, x_grad, grads = whole_mlp(w, x, dy, activation)
+
+    def body(c: Any) -> dict[str, Any]:
+        layer = mlp_class(w["w1"], w["b1"], w["w2"], w["b2"], c, activation)
+        held = {name: to_numpy(p.data).copy() for name, p in layer.named_parameters()}
+        phases, xt = Phases(c), Tensor(x.copy(), requires_grad=True)
+        with phases("forward"):
+            out = layer(xt)
+        with phases("backward"):
+            (out * Tensor(dy)).sum().backward()
+        return dict(held=held, y=to_numpy(out.data), x_grad=xt.grad, sent=phases.sent,
+                    grads={name: p.grad for name, p in layer.named_parameters()})
+
+    results, _ = run_ranks(body, world_size, what, block)
+    part = hidden // world_size
+    for rank, r in enumerate(results):
+        mine = slice(rank * part, (rank + 1) * part)
+        expect(sorted(r["held"]) == sorted(shapes), f"{what}: rank {rank}'s layer has the "
+               f"parameters {sorted(r['held'])}; the text names them w1, b1, w2, b2")
+        slices = {"w1": (mine,), "b1": (mine,), "w2": (slice(None), mine), "b2": ()}
+        for name, index in slices.items():
+            expected = w[name][index]
+            kind = (f"hidden units {mine.start}..{mine.stop - 1}" if index else "all of it")
+            whole = r["held"][name].shape == shapes[name] != expected.shape
+            expect_close(f"{what}: rank {rank}'s {name}, of which it keeps {kind}"
+                         + (" (it kept the whole matrix: each rank holds 1/P of it)"
+                            if whole else ""), r["held"][name], expected, 1e-12, 1e-14)
+        try:
+            expect_close(f"{what}: the output on rank {rank}", r["y"], y, 1e-10, 1e-12)
+        except CheckFailed as failure:
+            extra = np.allclose(r["y"], y + (world_size - 1) * w["b2"], rtol=1e-10)
+            raise CheckFailed(f"{failure}" + (" -- it is off by (P - 1)·b2: add b2 once, "
+                              "after the sum, not to every rank's part" if extra else "")
+                              ) from None
+        expect_close(f"{what}: x's gradient on rank {rank}", r["x_grad"], x_grad, 1e-10, 1e-12)
+        for name, index in slices.items():
+            expect_close(f"{what}: rank {rank}'s gradient of {name}", r["grads"][name],
+                         grads[name][index], 1e-10, 1e-12)
+    n = int(np.prod(rows))
+    hints = lambda: {  # noqa: E731 (computed only when the traffic is wrong)
+        "an allreduce of the hidden layer (n x hidden values) and one of the output":
+            [allreduce_traffic(world_size, [(n, hidden), (n, d)], c) for c in (True, False)],
+        "an allreduce of the hidden layer (n x hidden values)":
+            [allreduce_traffic(world_size, [(n, hidden)], c) for c in (True, False)]}
+    for phase, of in (("forward", "the output"), ("backward", "x's gradient")):
+        expect_traffic(f"{what}: {phase}", per_rank(results, phase),
+                       [allreduce_traffic(world_size, [(n, d)], c) for c in (True, False)],
+                       f"the column-then-row split sends exactly one allreduce of {of} "
+                       f"({n} x {d} values) in {phase}", hints)

@@ -1,0 +1,170 @@
+"""Checks for Lab 8, Task 4: ZeRO's step (reduce-scatter, update my shard, allgather).
+
+``check_zero_step`` trains a small MLP (float64) for a few steps on P
+in-process ranks, each rank starting from its own weights and running
+backward on its own rows, with the student's ``ShardedOptimizer`` subclass
+(its ``__init__`` is the library's: one flat vector, the shards, the
+library's optimiser of this rank's shard). Three claims, in this order:
+
+1. the weights: every rank ends with those of one process training on the
+   global batch with the library's optimiser (what DDP reaches);
+2. the memory: the arrays a rank keeps after a step, everything reachable
+   from the optimiser but the communicator, each block of memory once
+   (``zero.owned_bytes``), are the formula's model states
+   (``zero.values_held``): parameters N, gradients N (stage 1) or n_r
+   (stage 2), optimiser state K·n_r. An answer that keeps the optimiser
+   state of the whole vector, or (stage 2) the whole flat gradient, fails;
+3. the traffic of each step: one ``reduce_scatter`` of the N gradients and
+   one ``allgather`` of the shards padded to ceil(N/P), with or without their
+   agreement checks, counted by the transport.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from types import FunctionType, ModuleType
+from typing import Any
+
+import numpy as np
+
+from minidist.autograd import Tensor
+from minidist.comm import Communicator, allgather, allreduce, reduce_scatter
+from minidist.labkit.checks import CheckFailed, expect, expect_close
+from minidist.labkit.lab08 import Phases, expect_traffic, per_rank, traffic
+from minidist.labkit.ranks import run_ranks
+from minidist.nn import MLP
+from minidist.nn.functional import cross_entropy
+from minidist.optim import Optimizer
+from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer, owned_bytes, values_held
+from minidist.util import chunk_bounds
+
+LIBRARY_ZERO = ("lab08_zero_step",)
+HYPER = {"sgd": dict(lr=0.1, momentum=0.9), "adam": dict(lr=0.05)}
+STATES = {"sgd": 1, "adam": 2}  # K, the optimiser's values per parameter
+
+
+def kept_arrays(root: Any, skip: Any) -> tuple[list[Any], list[Any]]:
+    """Every array reachable from ``root`` through attributes, lists, tuples and dicts,
+    except through ``skip`` (the communicator, which keeps its own buffers); and those in
+    the state of an optimiser reachable so."""
+    seen, found, state, todo = set(), [], [], [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or obj is skip or isinstance(
+                obj, type | ModuleType | FunctionType | Communicator | str | int | float):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Optimizer):
+            state += [v for entry in obj.state.values() for v in entry.values()]
+        if type(obj).__name__ == "ndarray":  # numpy's or cupy's
+            found.append(obj)
+        elif isinstance(obj, dict):
+            todo += list(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            todo += list(obj)
+        elif hasattr(obj, "__dict__"):
+            todo += list(vars(obj).values())
+    return found, [a for a in state if type(a).__name__ == "ndarray"]
+
+
+def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: str,
+                    sizes: list[int], steps: int = 3, batch_per_rank: int = 4, seed: int = 0,
+                    block: tuple[str, ...] = LIBRARY_ZERO) -> None:
+    """``zero_class(model.parameters(), c, optimizer, stage=stage, **HYPER[optimizer])``
+    for ``steps`` steps on P ranks: weights, bytes kept and bytes sent per step."""
+    __tracebackhide__ = True
+    what = (f"{zero_class.__name__}.step, ZeRO-{stage}, {optimizer}, P = {world_size}, "
+            f"MLP {sizes}, {steps} steps")
+    expect(isinstance(zero_class, type) and issubclass(zero_class, ShardedOptimizer),
+           f"{what}: build your class on ShardedOptimizer (its __init__ sets up the flat "
+           "vector, the shards and the optimiser of this rank's shard)")
+    rng = np.random.default_rng(seed)
+    batch = world_size * batch_per_rank
+    x, y = rng.normal(size=(batch * steps, sizes[0])), rng.integers(0, sizes[-1], batch * steps)
+    reference = MLP(sizes, dtype=np.float64, rng=seed)
+    opt = OPTIMIZERS[optimizer](reference.parameters(), **HYPER[optimizer])
+    for t in range(steps):
+        opt.zero_grad()
+        cross_entropy(reference(Tensor(x[t * batch:(t + 1) * batch])),
+                      y[t * batch:(t + 1) * batch]).backward()
+        opt.step()
+
+    def body(c: Any) -> dict[str, Any]:
+        model = MLP(sizes, dtype=np.float64, rng=seed + c.rank)  # rank 0's is broadcast
+        zero = zero_class(model.parameters(), c, optimizer, stage=stage, **HYPER[optimizer])
+        phases = Phases(c)
+        for t in range(steps):
+            zero.zero_grad()
+            rows = slice(t * batch + c.rank * batch_per_rank,
+                         t * batch + (c.rank + 1) * batch_per_rank)
+            cross_entropy(model(Tensor(x[rows])), y[rows]).backward()
+            with phases(f"step {t + 1}"):
+                zero.step()
+        arrays, state = kept_arrays(zero, zero.comm)
+        return dict(weights=[np.array(p.data) for p in model.parameters()], sent=phases.sent,
+                    kept=owned_bytes(arrays), state=owned_bytes(state))
+
+    results, _ = run_ranks(body, world_size, what, block)
+    for rank, r in enumerate(results):
+        for i, (got, p) in enumerate(zip(r["weights"], reference.parameters(), strict=True)):
+            try:
+                expect_close(f"{what}: rank {rank}'s parameter {i} after the last step, "
+                             "against one process on the global batch (DDP's weights)",
+                             got, p.data, rtol=1e-9, atol=1e-12)
+            except CheckFailed as failure:
+                other = results[0]["weights"][i]
+                apart = rank and not np.allclose(got, other, rtol=1e-12, atol=1e-14)
+                raise CheckFailed(f"{failure}" + (f" -- and rank {rank}'s weights differ "
+                                  "from rank 0's: after the update, allgather every rank's "
+                                  "shard into the flat vector" if apart else "")) from None
+    n = sum(p.size for p in reference.parameters())
+    expect_memory(what, results, n, world_size, stage, STATES[optimizer])
+    bounds = chunk_bounds(n, world_size)
+    longest = bounds[0][1] - bounds[0][0]
+
+    def zero_traffic(scatter_check: bool, gather_check: bool) -> Any:
+        def body(c: Any) -> None:
+            reduce_scatter(np.zeros(n), c, check=scatter_check)
+            allgather(np.zeros(longest), c, check=gather_check)
+        return traffic(world_size, body)
+
+    def allreduced(reduce_check: bool, gather_check: bool) -> Any:
+        def body(c: Any) -> None:
+            allreduce(np.zeros(n), c, check=reduce_check)
+            allgather(np.zeros(longest), c, check=gather_check)
+        return traffic(world_size, body)
+
+    checks = list(product((True, False), repeat=2))
+    options = [zero_traffic(*check) for check in checks]
+    hints = lambda: {  # noqa: E731 (computed only when the traffic is wrong)
+        "an allreduce of the whole gradient (every rank gets every sum; the reduce-scatter "
+        "gives rank r the sum of its shard only) and an allgather":
+            [allreduced(*check) for check in checks]}
+    for t in range(steps):
+        expect_traffic(f"{what}: step {t + 1}", per_rank(results, f"step {t + 1}"), options,
+                       f"one reduce-scatter of the {n} gradients and one allgather of the "
+                       f"shards (each padded to ceil(N/P) = {longest} values) send", hints)
+
+
+def expect_memory(what: str, results: list[dict[str, Any]], n: int, world_size: int,
+                  stage: int, states: int) -> None:
+    """Each rank's bytes kept against the model states of ZeRO-``stage`` (float64)."""
+    __tracebackhide__ = True
+    for rank, r in enumerate(results):
+        held = values_held(n, world_size, rank, stage, states)
+        got, expected = r["kept"], 8 * sum(held.values())
+        shard = held["optimizer_state"] // states
+        if got == expected:
+            continue
+        hint = (f" -- the optimisers it keeps hold {r['state']} bytes of state, "
+                f"{8 * states * n} would be the whole vector's: the optimiser of the shard "
+                "(self.optimizer) is all ZeRO needs: update only the shard"
+                if r["state"] > 8 * held["optimizer_state"] else
+                " -- that is the whole flat gradient more: stage 2 keeps only the average of "
+                "its shard" if stage == 2 and got - expected == 8 * (n - shard) else
+                " -- that is one flat vector of N values more: stage 1 keeps the flat "
+                "gradient in self.grad_buffer" if got - expected == 8 * n else "")
+        raise CheckFailed(f"{what}: after a step rank {rank} keeps {got} bytes of arrays, "
+                          f"ZeRO-{stage} keeps {expected}: parameters N = {n}, gradients "
+                          f"{held['gradients']}, the optimiser state of its shard K·n_r = "
+                          f"{states}·{shard} (8 bytes a value){hint}")
