@@ -13,20 +13,21 @@ from minidist.data.cooccur import zipf_cooccurrence as random_cooccurrence
 
 
 def reference_epoch(model: glove.GloVe, records: glove.Records, eta: float = 0.05) -> float:
-    """glove.c's glove_thread, record by record, written plainly (float64)."""
+    """The current glove.c's glove_thread, record by record, written plainly (float64)."""
     W, C, GW, GC = model.word, model.context, model.word_gradsq, model.context_gradsq
     d, cost = model.dim, 0.0
     for i, j, f, log_x in zip(records.row, records.col, records.weight, records.log_x,
                               strict=True):
         diff = W[i, :d] @ C[j, :d] + W[i, d] + C[j, d] - log_x
-        cost += 0.5 * f * diff * diff
-        fdiff = eta * f * diff
-        temp1, temp2 = fdiff * C[j, :d], fdiff * W[i, :d]
+        fdiff = f * diff
+        cost += 0.5 * fdiff * diff
+        temp1 = np.clip(fdiff * C[j, :d], -100, 100) * eta
+        temp2 = np.clip(fdiff * W[i, :d], -100, 100) * eta
         W[i, :d] -= temp1 / np.sqrt(GW[i, :d])
         C[j, :d] -= temp2 / np.sqrt(GC[j, :d])
         GW[i, :d] += temp1 * temp1
         GC[j, :d] += temp2 * temp2
-        W[i, d] -= fdiff / np.sqrt(GW[i, d])
+        W[i, d] -= fdiff / np.sqrt(GW[i, d])  # the bias: its gradient itself, no eta
         C[j, d] -= fdiff / np.sqrt(GC[j, d])
         GW[i, d] += fdiff * fdiff
         GC[j, d] += fdiff * fdiff
@@ -125,8 +126,9 @@ def test_autograd_path_first_steps_agree_with_vectorised_trainer(small):
     model = glove.GloVe.create(40, 5, seed=6)
     word = md.Tensor(model.word.copy(), requires_grad=True)
     context = md.Tensor(model.context.copy(), requires_grad=True)
-    optimizer = md.optim.AdaGrad([word, context], lr=glove.ETA, eps=0.0,
-                                 initial_accumulator=1.0, convention="glove.c")
+    rates, clips = glove.adagrad_columns(5)
+    optimizer = md.optim.AdaGrad([word, context], lr=rates, eps=0.0, initial_accumulator=1.0,
+                                 convention="glove.c", clip=clips)
     for batch in list(small.batches(128, np.random.default_rng(3)))[:4]:
         grads = glove.batch_gradients(model, batch)
         glove.apply_gradients(model, grads)
@@ -141,13 +143,16 @@ def test_autograd_path_first_steps_agree_with_vectorised_trainer(small):
 
 
 def test_loss_decreases_every_epoch():
+    """Batches of 64 records over 300 words. (With glove.c's bias rule, rate 1, a batch
+    where a word occurs k times moves its bias by the sum of k gradients at once: batches
+    of 512 here throw the biases far off in the first epoch.)"""
     row, col, val = random_cooccurrence(300, 6000, seed=8)
     records = glove.Records.from_counts(row, col, val)
     model = glove.GloVe.create(300, 16, seed=0)
     rng = np.random.default_rng(0)
     costs, losses = [], [glove.loss(model, records)]
-    for _ in range(8):
-        costs.append(glove.train_epoch(model, records, rng, batch_size=512))
+    for _ in range(6):
+        costs.append(glove.train_epoch(model, records, rng, batch_size=64))
         losses.append(glove.loss(model, records))
     assert all(b < a for a, b in zip(costs, costs[1:], strict=False)), costs
     assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses

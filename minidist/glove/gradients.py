@@ -64,7 +64,8 @@ def batch_gradients(model: GloVe, batch: Records) -> SparseGradients:
 
     1. gather the batch's rows [w_i, b_i] and [w~_j, b~_j];
     2. every record's residual diff;
-    3. every record's gradients, fdiff [w~_j, 1] for row i and fdiff [w_i, 1] for row j;
+    3. every record's gradients, fdiff [w~_j, 1] for row i and fdiff [w_i, 1] for row j
+       (none for a record whose diff is not finite: glove.c's guard);
     4. a word in several records gets the sum of their gradients.
 
     Cost: O(B d) arithmetic and O(B log B) to group the ids, for B records.
@@ -79,6 +80,10 @@ def row_gradients(batch: Records, w: np.ndarray, c: np.ndarray,
     """Phases 3 and 4 of ``batch_gradients``, from the gathered rows (overwritten, see
     ``vectorised``) and the residuals; the sharded step computes ``diff`` its own way."""
     fdiff = batch.weight * diff
+    skipped = ~np.isfinite(fdiff)  # glove.c skips a record whose diff is NaN or inf
+    if skipped.any():
+        fdiff[skipped] = diff[skipped] = 0.0
+        c[skipped] = w[skipped] = 0.0
     cost = 0.5 * float(fdiff @ diff)
     # 3. d cost / d [w_i, b_i] = fdiff [w~_j, 1];  d cost / d [w~_j, b~_j] = fdiff [w_i, 1]
     c[:, -1] = 1.0

@@ -11,7 +11,8 @@ f gives rare, noisy pairs little weight and caps frequent ones at 1.
 
 Storage, as in glove.c: a table row is [w_i, b_i] (the bias is the last
 column), so one gather fetches a word's vector and bias at once; each table
-has a twin of AdaGrad sums G of the same shape, starting at 1. The output
+has a twin of AdaGrad sums G of the same shape, starting at 1; AdaGrad
+treats the two parts of a row differently (``adagrad_columns``). The output
 vectors are w + w~ (the two are trained symmetrically; their sum is a little
 better than either).
 
@@ -30,12 +31,26 @@ import numpy as np
 from minidist.util.answers import lab_answer
 
 X_MAX, ALPHA, ETA = 100.0, 0.75, 0.05
+GRAD_CLIP = 100.0  # glove.c's -grad-clip: each component of a vector's gradient, at most 100
 
 
 @lab_answer("lab05_weighting")
 def weighting(x: np.ndarray, x_max: float = X_MAX, alpha: float = ALPHA) -> np.ndarray:
     """f(x) = min(1, (x / x_max)^alpha), elementwise."""
     return np.minimum(1.0, (np.asarray(x, dtype=np.float64) / x_max) ** alpha)
+
+
+def adagrad_columns(dim: int, eta: float = ETA) -> tuple[np.ndarray, np.ndarray]:
+    """glove.c's AdaGrad, column by column of a row [w_i, b_i]: (learning rates, clips).
+
+    The vector's d components: rate eta, gradient clipped to +-100; the bias:
+    rate 1 (its step is g / sqrt(G), G += g^2), no clipping. This is the
+    current glove.c (stanfordnlp/GloVe since July 2019, clipping at 100 since
+    January 2020; unchanged through 2025); before, the bias took eta too.
+    """
+    rates, clips = np.full(dim + 1, float(eta)), np.full(dim + 1, GRAD_CLIP)
+    rates[-1], clips[-1] = 1.0, np.inf
+    return rates, clips
 
 
 @dataclass

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from minidist.glove.gradients import SparseGradients, batch_gradients
-from minidist.glove.model import ETA, GloVe, Records
+from minidist.glove.model import ETA, GloVe, Records, adagrad_columns
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
 from minidist.util.answers import lab_answer
@@ -36,9 +36,14 @@ from minidist.util.answers import lab_answer
 
 @lab_answer("lab05_adagrad")
 def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
-    """glove.c's AdaGrad on every row the batch touched, in both tables. O(U d)."""
-    adagrad_rows(model.word, model.word_gradsq, grads.words, grads.word_grad, eta)
-    adagrad_rows(model.context, model.context_gradsq, grads.contexts, grads.context_grad, eta)
+    """glove.c's AdaGrad on every row the batch touched, in both tables. O(U d).
+
+    Per column as glove.c does it (``adagrad_columns``): the vector's gradient
+    clipped to +-100 and scaled by eta, the bias's taken as it is."""
+    rates, clips = adagrad_columns(model.dim, eta)
+    adagrad_rows(model.word, model.word_gradsq, grads.words, grads.word_grad, rates, clip=clips)
+    adagrad_rows(model.context, model.context_gradsq, grads.contexts, grads.context_grad, rates,
+                 clip=clips)
 
 
 def step(model: GloVe, batch: Records, eta: float = ETA) -> float:

@@ -11,14 +11,19 @@ One rule, in two conventions that differ in two details:
     textbook (the paper; torch.optim.Adagrad)     G starts at 0 (``initial_accumulator``)
         G += g^2                 then   w -= lr g / (sqrt(G) + eps)
     glove.c (GloVe's reference code)              G starts at 1
-        w -= lr g / sqrt(G)      then   G += (lr g)^2
+        s = lr g                 then   w -= s / sqrt(G)   then   G += s^2
 
 glove.c divides by G from *before* this gradient, and sums the squares of
-the *scaled* gradients lr g; its G starting at 1 makes the first step
-exactly lr g. ``minidist.glove`` trains with glove.c's convention, on the
-rows a batch touched; ``AdaGrad(params, convention="glove.c", eps=0,
-initial_accumulator=1)`` is the same update as an optimiser of whole
-tensors. Both call ``adagrad_rows``, the rule written once.
+the *scaled* gradients s; its G starting at 1 makes the first step exactly
+lr g. Either convention may also clip each gradient component to
+[-clip, clip] first, and ``lr`` and ``clip`` may be one number per column:
+the current glove.c (``minidist.glove.adagrad_columns``) clips the vector's
+components at 100 and steps with lr = 0.05, but takes its bias's step with
+lr = 1, the gradient itself. ``glove_c_update`` is that rule for one weight,
+written once: ``adagrad_rows`` runs it on the rows a batch touched (and
+``AdaGrad(params, convention="glove.c", eps=0, initial_accumulator=1)`` on
+whole tensors); glove.c's record-by-record loop (``minidist.glove.per_record``)
+runs it compiled, one number at a time.
 
 Cost per step: O(weights updated); state: one array G per parameter.
 """
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 from minidist import backend
 from minidist.autograd import Tensor
@@ -38,45 +45,68 @@ ALL = slice(None)  # ``rows`` that select a whole parameter
 
 
 @lab_answer("lab05_adagrad")
-def adagrad_rows(table: Any, gradsq: Any, rows: Any, grad: Any, lr: float = 0.05,
-                 eps: float = 0.0, convention: str = "glove.c") -> None:
+def glove_c_update(grad: Any, gradsq: Any, lr: Any, clip: Any = None,
+                   eps: float = 0.0) -> tuple[Any, Any]:
+    """glove.c's AdaGrad for one weight, or element by element for arrays.
+
+    Returns (the step to subtract from the weight, its new sum G). Plain
+    arithmetic and numpy ufuncs only, so numba compiles the same lines.
+    """
+    if clip is not None:
+        grad = np.fmin(np.fmax(grad, -clip), clip)  # glove.c's fmin(fmax(g, -100), 100)
+    scaled = lr * grad
+    return scaled / (np.sqrt(gradsq) + eps), gradsq + scaled * scaled
+
+
+@lab_answer("lab05_adagrad")
+def adagrad_rows(table: Any, gradsq: Any, rows: Any, grad: Any, lr: Any = 0.05,
+                 eps: float = 0.0, convention: str = "glove.c", clip: Any = None) -> None:
     """The AdaGrad step of ``table[rows]``, in place, with their sums ``gradsq[rows]``.
 
     ``rows``: distinct row ids (the words a GloVe batch touched) or ``ALL``;
-    ``grad``: their gradient, the shape of ``table[rows]``. The other rows
-    are neither read nor written: O(rows * d), however large the table.
+    ``grad``: their gradient, the shape of ``table[rows]``; ``lr`` and
+    ``clip``: numbers, or one per column. The other rows are neither read
+    nor written: O(rows * d), however large the table.
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, got {convention!r}")
     xp = backend.xp_of(table)
     sums = gradsq[rows]                # G of these rows, read once (a view when rows is ALL)
-    scaled = lr * grad
-    if convention == "textbook":
-        sums += grad * grad            # G counts this gradient before the step
-    table[rows] -= scaled / (xp.sqrt(sums) + eps)
     if convention == "glove.c":
-        sums += scaled * scaled        # G counts it after the step, scaled by lr
+        step, sums = glove_c_update(grad, sums, lr, clip, eps)  # G counts it after the step
+        table[rows] -= step
+    else:
+        if clip is not None:
+            grad = xp.clip(grad, -clip, clip)
+        scaled = lr * grad
+        sums += grad * grad            # G counts this gradient before the step
+        table[rows] -= scaled / (xp.sqrt(sums) + eps)
     gradsq[rows] = sums
 
 
 class AdaGrad(Optimizer):
-    """AdaGrad(params, lr=0.05, eps=1e-8, initial_accumulator=0, convention="textbook")."""
+    """AdaGrad(params, lr=0.05, eps=1e-8, initial_accumulator=0, convention="textbook",
+    clip=None); ``lr`` and ``clip`` may be arrays broadcast against each parameter."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 0.05,
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: Any = 0.05,
                  eps: float = 1e-8, initial_accumulator: float = 0.0,
-                 convention: str = "textbook") -> None:
-        if lr < 0 or eps < 0 or initial_accumulator < 0:
+                 convention: str = "textbook", clip: Any = None) -> None:
+        if np.any(np.asarray(lr) < 0) or eps < 0 or initial_accumulator < 0:
             raise ValueError("lr, eps and initial_accumulator must be >= 0")
+        if clip is not None and np.any(np.asarray(clip) <= 0):
+            raise ValueError(f"AdaGrad: clip must be > 0, got {clip!r}")
         if convention not in CONVENTIONS:
             raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, "
                              f"got {convention!r}")  # at once, not at the first step
         super().__init__(params, dict(lr=lr, eps=eps, initial_accumulator=initial_accumulator,
-                                      convention=convention))
+                                      convention=convention, clip=clip))
 
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:
         if not state:
             xp = backend.xp_of(param.data)
             state["sum"] = xp.full_like(param.data, float(group["initial_accumulator"]))
-        adagrad_rows(param.data, state["sum"], ALL, grad, float(group["lr"]),
-                     float(group["eps"]), group["convention"])
+        lr = group["lr"]
+        adagrad_rows(param.data, state["sum"], ALL, grad,
+                     float(lr) if np.ndim(lr) == 0 else lr, float(group["eps"]),
+                     group["convention"], group["clip"])
