@@ -1,0 +1,470 @@
+"""Lab 8's checks, run on the library's reference code, one pytest marker per task.
+
+``pytest -m lab08_zero_step`` runs the check that grades Task 4 against the library's
+``ShardedOptimizer.step``; the solution's answers are the library's code (syntax trees
+compared), and Task 2's check runs the solution's class (a class built on the library's
+``ParallelMLP`` is refused). Each claim a check makes rejects a known-wrong answer with the
+sentence a student reads — values against one process, and each phase's traffic and each
+rank's memory where the answer computes the right numbers the wrong way — a deadlock fails
+and never hangs, and an answer that calls the library's own is blocked. The notebooks in
+``tests/fixtures/lab08/`` each fail exactly their task's check here, as they lose exactly
+its points under real grading (``test_course_kit.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from notebook_source import SOLUTIONS, answer_function, code
+
+from minidist.autograd import Function, Tensor, concatenate
+from minidist.backend import xp_of
+from minidist.comm import allgather, allreduce, alltoall, barrier, reduce_scatter
+from minidist.labkit import BlockedError, CheckFailed
+from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
+from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
+from minidist.labkit.lab08_zero import check_zero_step
+from minidist.nn import Module, Parameter
+from minidist.nn import functional as F
+from minidist.parallel.moe import AllToAll, by_expert, dispatch, send_back
+from minidist.parallel.tensor_parallel import (
+    CopyToRanks,
+    ParallelMLP,
+    SumOverRanks,
+    copy_to_ranks,
+    sum_over_ranks,
+)
+from minidist.parallel.zero import ShardedOptimizer
+from minidist.util.answers import answers_to
+
+SOLUTION = SOLUTIONS / "lab08_model_parallel" / "lab08_model_parallel.ipynb"
+FIXTURES = Path(__file__).parent / "fixtures" / "lab08"
+CELLS = json.loads(SOLUTION.read_text())["cells"]
+
+
+def answer_method(class_name: str, name: str) -> ast.FunctionDef:
+    """The method ``name`` of the class ``class_name`` defined in a code cell of the solution."""
+    for cell in CELLS:
+        if cell["cell_type"] == "code":
+            for node in ast.parse("".join(cell["source"])).body:
+                if isinstance(node, ast.ClassDef) and node.name == class_name:
+                    return next(f for f in node.body
+                                if isinstance(f, ast.FunctionDef) and f.name == name)
+    raise LookupError(f"{SOLUTION} defines no {class_name}.{name}")
+
+
+def run_cells(answers: dict[str, str]) -> tuple[dict, list[str]]:
+    """The setup cell and ``answers`` (grade id -> source) executed as the notebook runs
+    them, then every check cell of the solution, hidden tests included: the namespace and
+    the grade ids of the checks that failed."""
+    namespace: dict = {}
+    failed = []
+    for cell in CELLS:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id") == "setup":
+            exec("".join(cell["source"]), namespace)
+        elif meta.get("solution"):
+            exec(answers.get(meta["grade_id"], "".join(cell["source"])), namespace)
+        elif meta.get("grade"):
+            try:
+                exec("".join(cell["source"]), namespace)
+            except CheckFailed:
+                failed.append(meta["grade_id"])
+    return namespace, failed
+
+
+SOLVED, SOLVED_FAILURES = run_cells({})
+
+
+@pytest.mark.parametrize("answer, library", [
+    (("MyCopyToRanks", "forward"), CopyToRanks.forward),
+    (("MyCopyToRanks", "backward"), CopyToRanks.backward),
+    (("MySumOverRanks", "forward"), SumOverRanks.forward),
+    (("MySumOverRanks", "backward"), SumOverRanks.backward),
+    (("MyParallelMLP", "__init__"), ParallelMLP.__init__),
+    (("MyParallelMLP", "forward"), ParallelMLP.forward),
+    ("dispatch", dispatch),
+    ("send_back", send_back),
+    (("MyZeRO", "step"), ShardedOptimizer.step),
+])
+def test_the_solutions_are_the_library_code(answer, library):
+    tree = answer_method(*answer) if isinstance(answer, tuple) else answer_function(SOLUTION,
+                                                                                    answer)
+    assert code(tree) == code(library)
+
+
+@pytest.mark.parametrize("check, task, blocked", [
+    (check_f_and_g, "lab08_f_and_g", {"CopyToRanks.forward", "CopyToRanks.backward",
+                                      "SumOverRanks.forward", "SumOverRanks.backward"}),
+    (check_mlp_split, "lab08_mlp_split", {"ParallelMLP.forward"}),
+    (check_dispatch, "lab08_moe_dispatch", {"dispatch", "send_back"}),
+    (check_moe_layer, "lab08_moe_dispatch", {"dispatch", "send_back"}),
+    (check_zero_step, "lab08_zero_step", {"ShardedOptimizer.step"}),
+])
+def test_each_check_blocks_the_library_answer_to_its_task(check, task, blocked):
+    assert inspect.signature(check).parameters["block"].default == (task,)
+    assert {f.__qualname__ for f in answers_to(task)} == blocked
+
+
+@pytest.mark.timeout(120)
+def test_the_solution_passes_every_check_and_each_fixture_fails_exactly_its_own():
+    assert SOLVED_FAILURES == []
+    losses = json.loads((FIXTURES / "expected_losses.json").read_text())
+    assert len(losses) >= 4
+    for fixture, lost in losses.items():
+        cells = json.loads((FIXTURES / f"{fixture}.ipynb").read_text())["cells"]
+        answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in cells
+                   if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+        assert run_cells(answers)[1] == list(lost), fixture
+
+
+# --- Task 1 ----------------------------------------------------------------------------------
+@pytest.mark.lab08_f_and_g
+@pytest.mark.timeout(60)
+def test_f_and_g():
+    for world_size, shape, seed in [(1, (4,), 0), (2, (3, 4), 1), (3, (2, 3, 2), 2),
+                                    (5, (7,), 3)]:
+        check_f_and_g(CopyToRanks, SumOverRanks, world_size, shape, seed, block=())
+
+
+class OwnGradient(Function):
+    """f whose backward keeps this rank's part of dL/dx."""
+
+    @staticmethod
+    def forward(ctx, x, c):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class SummedBackward(Function):
+    """g whose backward sums dL/dz over the ranks as well."""
+
+    @staticmethod
+    def forward(ctx, partial, c):
+        ctx.c = c
+        return allreduce(partial, c)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return allreduce(grad, ctx.c), None
+
+
+class AveragedForward(Function):
+    """f that 'makes sure every rank has x' with an allreduce: right values, one more message."""
+
+    @staticmethod
+    def forward(ctx, x, c):
+        ctx.c = c
+        return allreduce(x, c) / c.size
+
+    @staticmethod
+    def backward(ctx, grad):
+        return allreduce(grad, ctx.c), None
+
+
+class CheckedSum(Function):
+    """g with the allreduce's agreement check left on: accepted."""
+
+    @staticmethod
+    def forward(ctx, partial, c):
+        return allreduce(partial, c)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class ThroughTheLibrary(Function):
+    @staticmethod
+    def forward(ctx, x, c):
+        return CopyToRanks.forward(ctx, x, c)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return CopyToRanks.backward(ctx, grad)
+
+
+@pytest.mark.timeout(60)
+def test_f_and_g_reject_each_wrong_rule_in_a_sentence():
+    cases = [
+        (CopyToRanks, CopyToRanks, r"g's forward on rank 0: differs.* that is this rank's own "
+                                   r"partial output: g's forward sums"),
+        (OwnGradient, SumOverRanks, r"f's backward, x's gradient on rank 0: differs.* that is "
+                                    r"this rank's own dL/dx"),
+        (CopyToRanks, SummedBackward, r"g's backward, the partial's gradient on rank 0.* the sum "
+                                      r"over the ranks of dL/dz; .* identity"),
+        (AveragedForward, SumOverRanks, r"f's forward: rank 0 sent \d+ messages \(\d+ bytes\); "
+                                        r"f's forward sends nothing: 0 messages"),
+        (SumOverRanks.forward, SumOverRanks, r"f must be a minidist Function"),
+    ]
+    for f, g, message in cases:
+        with pytest.raises(CheckFailed, match=message):
+            check_f_and_g(f, g, 3, (2, 3), block=())
+    check_f_and_g(CopyToRanks, CheckedSum, 3, (2, 3), block=())
+    with pytest.raises(BlockedError, match="write your own CopyToRanks.forward"):
+        check_f_and_g(ThroughTheLibrary, CheckedSum, 2, (3,))
+
+
+# --- Task 2 ----------------------------------------------------------------------------------
+MyParallelMLP = SOLVED["MyParallelMLP"]
+
+
+@pytest.mark.lab08_mlp_split
+@pytest.mark.timeout(60)
+def test_mlp_split():
+    for world_size, d, hidden, rows, activation in [(1, 3, 4, (2,), "relu"),
+                                                    (2, 4, 8, (5,), "relu"),
+                                                    (4, 3, 8, (2, 3), "tanh"),
+                                                    (3, 5, 12, (2, 2, 2), "relu")]:
+        check_mlp_split(MyParallelMLP, world_size, d, hidden, rows, activation, seed=hidden)
+
+
+class GathersTheHiddenLayer(MyParallelMLP):
+    def forward(self, x):
+        x = copy_to_ranks(x, self.c)
+        mine = F.relu(F.linear(x, self.w1, self.b1))
+        part, rank, size = mine.shape[-1], self.c.rank, self.c.size
+        padded = concatenate([Tensor(np.zeros((*mine.shape[:-1], rank * part))), mine,
+                              Tensor(np.zeros((*mine.shape[:-1], (size - rank - 1) * part)))],
+                             axis=-1)
+        whole = sum_over_ranks(padded, self.c)  # the whole hidden layer on every rank
+        return sum_over_ranks(F.linear(whole[..., rank * part:(rank + 1) * part], self.w2),
+                              self.c) + self.b2
+
+
+class Synchronises(MyParallelMLP):
+    def forward(self, x):
+        barrier(self.c)  # "to be safe": one more exchange of messages per forward
+        return super().forward(x)
+
+
+class BiasOnEveryRank(MyParallelMLP):
+    def forward(self, x):
+        x = copy_to_ranks(x, self.c)
+        h = F.relu(F.linear(x, self.w1, self.b1))
+        return sum_over_ranks(F.linear(h, self.w2, self.b2), self.c)
+
+
+class Whole(Module):
+    """No split at all: every rank computes the whole block, sends nothing."""
+
+    def __init__(self, w1, b1, w2, b2, c, activation="relu"):
+        super().__init__()
+        self.w1, self.b1, self.w2, self.b2 = (Parameter(w.copy()) for w in (w1, b1, w2, b2))
+
+    def forward(self, x):
+        return F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
+
+
+class OnTheLibrary(ParallelMLP):
+    pass
+
+
+class CallsTheLibrary(MyParallelMLP):
+    def forward(self, x):
+        return ParallelMLP.forward(self, x)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrong, message", [
+    (GathersTheHiddenLayer, r"forward: rank 0 sent \d+ messages \(\d+ bytes\): that is an "
+                            r"allreduce of the hidden layer \(n x hidden values\) and one of the "
+                            r"output; the column-then-row split sends exactly one allreduce"),
+    (Synchronises, r"forward: rank 0 sent \d+ messages .*exactly one allreduce of the output"),
+    (BiasOnEveryRank, r"the output on rank 0: differs.* off by \(P - 1\)·b2: add b2 once"),
+    (Whole, r"rank 0's w1, of which it keeps hidden units 0..3 \(it kept the whole matrix"),
+    (OnTheLibrary, r"build your class on Module, not on the library's ParallelMLP"),
+])
+def test_mlp_split_rejects(wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_mlp_split(wrong, 2, 4, 8, (5,))
+
+
+def test_mlp_split_blocks_the_library():
+    with pytest.raises(BlockedError, match="write your own ParallelMLP.forward"):
+        check_mlp_split(CallsTheLibrary, 2, 4, 8, (5,))
+
+
+# --- Task 3 ----------------------------------------------------------------------------------
+@pytest.mark.lab08_moe_dispatch
+@pytest.mark.timeout(120)
+def test_moe_dispatch():
+    for world_size, n_experts, seed in [(1, 3, 0), (2, 4, 1), (3, 6, 2), (4, 8, 3), (2, 2, 4)]:
+        check_dispatch(dispatch, send_back, world_size, n_experts, seed=seed, block=())
+    for world_size, n_experts, top_k in [(1, 2, 1), (2, 4, 1), (4, 8, 2), (3, 3, 2)]:
+        check_moe_layer(dispatch, send_back, world_size, n_experts, top_k, block=())
+
+
+def round_robin(rows, expert_counts, c):
+    counts = np.asarray(expert_counts, np.int64).reshape(-1, c.size).T
+    table = alltoall(counts, c)
+    received = AllToAll.apply(rows, counts.sum(axis=1), c)
+    return received[xp_of(received.data).asarray(by_expert(table))], table
+
+
+def unsorted(rows, expert_counts, c):
+    counts = np.asarray(expert_counts, np.int64).reshape(c.size, -1)
+    return AllToAll.apply(rows, counts.sum(axis=1), c), alltoall(counts, c)
+
+
+def counts_gathered(rows, expert_counts, c):
+    """Every rank's counts to every rank (P·E integers) instead of an alltoall."""
+    counts = np.asarray(expert_counts, np.int64).reshape(c.size, -1)
+    table = allgather(counts, c)[:, c.rank]
+    received = AllToAll.apply(rows, counts.sum(axis=1), c)
+    return received[xp_of(received.data).asarray(by_expert(table))], table
+
+
+def not_unsorted(outputs, table, c):
+    return AllToAll.apply(outputs, table.sum(axis=1), c)
+
+
+def waits_for_nobody(rows, expert_counts, c):
+    """Rank 0 waits for a message rank 1 never sends."""
+    if c.rank == 0:
+        c.recv(np.empty(1), 1, tag=99)
+    return rows, np.zeros((c.size, 1), np.int64)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrong, back, message", [
+    (round_robin, send_back, r"rank 0 received a row that rank 0 had for expert 2, which "
+                             r"lives on rank 1: expert e lives on rank e // \(E/P\)"),
+    (unsorted, send_back, r"the rows rank \d received .* the right rows in another order"),
+    (dispatch, not_unsorted, r"send_back on rank 0: its rows, each back in its place"),
+    (counts_gathered, send_back, r"dispatch: rank 0 sent \d+ messages \(\d+ bytes\); one "
+                                 r"alltoall of the counts and one all-to-all of the rows send"),
+    (waits_for_nobody, send_back, r"rank 0: recv from rank 1 tag 99 never matched \(rank 1 "
+                                       r"finished\)"),
+])
+def test_dispatch_rejects(wrong, back, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_dispatch(wrong, back, 2, 4, seed=1, block=("lab08_zero_step",))
+
+
+def test_dispatch_and_the_layer_block_the_library():
+    with pytest.raises(BlockedError, match="write your own dispatch"):
+        check_dispatch(dispatch, send_back, 2, 4)
+    with pytest.raises(BlockedError, match="write your own send_back"):
+        check_moe_layer(SOLVED["dispatch"], send_back, 2, 4, 1)
+    with pytest.raises(CheckFailed, match=r"rank 0's output: differs"):
+        check_moe_layer(round_robin, SOLVED["send_back"], 2, 4, 1, seed=1)
+
+
+# --- Task 4 ----------------------------------------------------------------------------------
+@pytest.mark.lab08_zero_step
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_zero_step(stage, optimizer):
+    for world_size, sizes, seed in [(1, [3, 4, 2], 0), (2, [4, 7, 3], 1), (3, [4, 7, 3], 2),
+                                    (4, [5, 6, 4], 3)]:
+        check_zero_step(ShardedOptimizer, world_size, stage, optimizer, sizes, seed=seed,
+                        block=())
+
+
+def pack(zero):
+    """Step 1 of the text, as the reference writes it."""
+    flat = np.zeros_like(zero.flat)
+    for p, (start, stop) in zip(zero.params, zero.slots, strict=True):
+        if p.grad is not None:
+            flat[start:stop] = p.grad.reshape(-1) * zero.scale
+        p.grad = None
+    return flat
+
+
+def gather(zero):
+    lo, hi = zero.bounds[zero.comm.rank]
+    mine = np.zeros(zero.bounds[0][1] - zero.bounds[0][0])
+    mine[:hi - lo] = zero.shard.data
+    for (start, stop), row in zip(zero.bounds, allgather(mine, zero.comm), strict=True):
+        zero.flat[start:stop] = row[:stop - start]
+
+
+class WholeVector(ShardedOptimizer):
+    """The fixture's answer: the whole gradient allreduced, the whole vector updated."""
+
+    def step(self):
+        flat = pack(self)
+        if not hasattr(self, "everything"):
+            self.everything = Parameter(self.flat)
+            hyper = {k: v for k, v in self.optimizer.param_groups[0].items() if k != "params"}
+            self.whole_optimizer = type(self.optimizer)([self.everything], **hyper)
+        self.everything.grad = allreduce(flat, self.comm)
+        self.whole_optimizer.step()
+
+
+class AllreducesThenShards(ShardedOptimizer):
+    """Stage 1 holding what it should, but every rank gets every sum: an allreduce."""
+
+    def step(self):
+        lo, hi = self.bounds[self.comm.rank]
+        self.grad_buffer[...] = allreduce(pack(self), self.comm)
+        self.shard.grad = self.grad_buffer[lo:hi]
+        self.optimizer.step()
+        gather(self)
+
+
+class NoAllgather(ShardedOptimizer):
+    def step(self):
+        self.shard.grad = reduce_scatter(pack(self), self.comm)
+        self.optimizer.step()
+
+
+class KeepsTheWholeGradient(ShardedOptimizer):
+    """Stage 2 with a flat gradient kept between steps, as stage 1 keeps it."""
+
+    def step(self):
+        lo, hi = self.bounds[self.comm.rank]
+        self.kept = pack(self)
+        self.kept[lo:hi] = reduce_scatter(self.kept, self.comm)
+        self.shard.grad = self.kept[lo:hi]
+        self.optimizer.step()
+        gather(self)
+
+
+class Sums(ShardedOptimizer):
+    """The gradients summed over the ranks, not averaged."""
+
+    def step(self):
+        self.shard.grad = reduce_scatter(pack(self) * self.comm.size, self.comm)
+        self.optimizer.step()
+        gather(self)
+
+
+class Inherited(ShardedOptimizer):
+    def step(self):
+        super().step()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrong, stage, message", [
+    (WholeVector, 1, r"rank 0 keeps \d+ bytes of arrays, ZeRO-1 keeps 1424: .* the optimisers "
+                     r"it keeps hold 944 bytes of state, 944 would be the whole vector's"),
+    (WholeVector, 2, r"ZeRO-2 keeps \d+.* update only the shard"),
+    (AllreducesThenShards, 1, r"step 1: rank 0 sent \d+ messages \(\d+ bytes\): that is an "
+                              r"allreduce of the whole gradient"),
+    (NoAllgather, 2, r"rank 1's parameter 0 after the last step, against rank 0's \(every "
+                     r"rank must end with the same weights: after the update, allgather.*\): "
+                     r"differs"),
+    (KeepsTheWholeGradient, 2, r"ZeRO-2 keeps 1192: .* the whole flat gradient more"),
+    (Sums, 1, r"rank 0's parameter 0 after the last step, against one process"),
+])
+def test_zero_step_rejects(wrong, stage, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_zero_step(wrong, 2, stage, "adam", [4, 7, 3])
+
+
+def test_zero_step_refuses_another_class_and_blocks_the_library():
+    with pytest.raises(CheckFailed, match="build your class on ShardedOptimizer"):
+        check_zero_step(WholeVector.__mro__[-1], 2, 1, "sgd", [4, 7, 3])
+    with pytest.raises(BlockedError, match="write your own ShardedOptimizer.step"):
+        check_zero_step(Inherited, 2, 1, "sgd", [4, 7, 3])
