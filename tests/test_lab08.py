@@ -240,6 +240,14 @@ class GathersTheHiddenLayer(MyParallelMLP):
                               self.c) + self.b2
 
 
+class SumsInHalves(MyParallelMLP):
+    def forward(self, x):
+        x = copy_to_ranks(x, self.c)
+        partial = F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2)
+        half = partial * 0.5
+        return sum_over_ranks(half, self.c) + sum_over_ranks(half, self.c) + self.b2
+
+
 class Synchronises(MyParallelMLP):
     def forward(self, x):
         barrier(self.c)  # "to be safe": one more exchange of messages per forward
@@ -278,6 +286,8 @@ class CallsTheLibrary(MyParallelMLP):
     (GathersTheHiddenLayer, r"forward: rank 0 sent \d+ messages \(\d+ bytes\): that is an "
                             r"allreduce of the hidden layer \(n x hidden values\) and one of the "
                             r"output; the column-then-row split sends exactly one allreduce"),
+    (SumsInHalves, r"forward: rank 0 sent \d+ messages \(\d+ bytes\): that is two allreduces "
+                   r"of n x d values; .*exactly one allreduce of the output \(5 x 4 values\)"),
     (Synchronises, r"forward: rank 0 sent \d+ messages .*exactly one allreduce of the output"),
     (BiasOnEveryRank, r"the output on rank 0: differs.* off by \(P - 1\)·b2: add b2 once"),
     (Whole, r"rank 0's w1, of which it keeps hidden units 0..3 \(it kept the whole matrix"),

@@ -83,15 +83,14 @@ def expect_traffic(what: str, got: Traffic, options: list[Traffic], claim: str,
         return
     rank = next(r for r in range(len(got)) if got[r] != options[0][r])
     (messages, sent), (m0, b0) = got[rank], options[0][rank]
-    times = (f", as many messages as {messages // m0} allreduces" if m0 and messages > m0
-             and messages % m0 == 0 and "allreduce" in claim else "")
     named = next((f": that is {name}" for name, traffics in hints().items()
-                  if got in traffics), times)
+                  if got in traffics), "")
     raise CheckFailed(f"{what}: rank {rank} sent {messages} messages ({sent} bytes){named}; "
                       f"{claim}: {m0} messages ({b0} bytes)")
 
 
 def per_rank(results: list[dict[str, Any]], phase: str) -> Traffic:
+    """Each rank's traffic in ``phase``, from the ``sent`` of its :class:`Phases`."""
     return [r["sent"][phase] for r in results]
 
 
@@ -235,11 +234,14 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
             expect_close(f"{what}: rank {rank}'s gradient of {name}", r["grads"][name],
                          grads[name][index], 1e-10, 1e-12)
     n = int(np.prod(rows))
-    hints = lambda: {  # noqa: E731 (computed only when the traffic is wrong)
-        "an allreduce of the hidden layer (n x hidden values) and one of the output":
-            [allreduce_traffic(world_size, [(n, hidden), (n, d)], c) for c in (True, False)],
-        "an allreduce of the hidden layer (n x hidden values)":
-            [allreduce_traffic(world_size, [(n, hidden)], c) for c in (True, False)]}
+
+    def hints() -> dict[str, list[Traffic]]:  # what else the answer may have sent
+        named = {"an allreduce of the hidden layer (n x hidden values) and one of the output":
+                 [(n, hidden), (n, d)], "an allreduce of the hidden layer (n x hidden values)":
+                 [(n, hidden)], "two allreduces of n x d values": [(n, d), (n, d)]}
+        return {name: [allreduce_traffic(world_size, shapes, c) for c in (True, False)]
+                for name, shapes in named.items()}
+
     for phase, of in (("forward", "the output"), ("backward", "x's gradient")):
         expect_traffic(f"{what}: {phase}", per_rank(results, phase),
                        [allreduce_traffic(world_size, [(n, d)], c) for c in (True, False)],

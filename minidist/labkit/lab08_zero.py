@@ -135,10 +135,11 @@ def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: st
 
     checks = list(product((True, False), repeat=2))
     options = [zero_traffic(*check) for check in checks]
-    hints = lambda: {  # noqa: E731 (computed only when the traffic is wrong)
-        "an allreduce of the whole gradient (every rank gets every sum; the reduce-scatter "
-        "gives rank r the sum of its shard only) and an allgather":
-            [allreduced(*check) for check in checks]}
+
+    def hints() -> dict[str, Any]:  # what else the answer may have sent
+        return {"an allreduce of the whole gradient (every rank gets every sum; the "
+                "reduce-scatter gives rank r the sum of its shard only) and an allgather":
+                [allreduced(*check) for check in checks]}
     for t in range(steps):
         expect_traffic(f"{what}: step {t + 1}", per_rank(results, f"step {t + 1}"), options,
                        f"one reduce-scatter of the {n} gradients and one allgather of the "
