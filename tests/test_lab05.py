@@ -1,7 +1,7 @@
 """Lab 5's checks, run on the library's reference code, one pytest marker per task.
 
 ``pytest -m lab05_adagrad`` runs the check that grades Task 3 against the
-library's ``adagrad_rows``; the notebook and the library are held to the same
+library's ``adagrad_step``; the notebook and the library are held to the same
 checks. Each check also rejects known-wrong answers with the sentence a
 student would read, and a blocked library answer scores nothing.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -23,11 +24,13 @@ from minidist.comm import allreduce
 from minidist.glove import sharded_step, train_hogwild
 from minidist.labkit import BlockedError, CheckFailed
 from minidist.labkit.lab05 import (
+    WRONG_ADAGRAD,
     check_adagrad,
     check_hogwild,
     check_loss_gradients,
     check_sharded_dots,
     check_weighting,
+    glove_c_rows,
     half_loss,
     random_batch,
     random_tables,
@@ -139,52 +142,48 @@ def test_loss_gradients_rejects_dropped_repeats_the_papers_factor_and_the_librar
 @pytest.mark.lab05_adagrad
 @pytest.mark.parametrize("vocab_size, dim, steps, eta", [(6, 3, 3, 0.05), (10, 5, 5, 0.2)])
 def test_adagrad(vocab_size, dim, steps, eta):
-    check_adagrad(glove.adagrad_rows, vocab_size, dim, steps, eta, block=())
+    check_adagrad(glove.adagrad_step, vocab_size, dim, steps, eta, block=())
 
 
-def test_adagrad_matches_glove_c_by_hand():
-    # one row, G = 1: theta 1 - 0.05 * 4 / 1 = 0.8, then G = 1 + (0.05 * 4)^2 = 1.04
-    table, gradsq = np.array([[1.0, 2.0]]), np.ones((1, 2))
-    glove.adagrad_rows(table, gradsq, np.array([0]), np.array([[4.0, 0.0]]))
-    np.testing.assert_allclose(table, [[0.8, 2.0]])
-    np.testing.assert_allclose(gradsq, [[1.04, 1.0]])
+def test_adagrad_matches_the_current_glove_c_by_hand():
+    # one row [w, w, b], G = 1. Vector: 1 - 0.05 * 4 / 1 = 0.8, G = 1 + (0.05 * 4)^2 = 1.04;
+    # 2 - 0.05 * 100 (400 clipped) = -3, G = 26. Bias, rate 1: 3 - 4 = -1, G = 1 + 16 = 17
+    table, gradsq = np.array([[1.0, 2.0, 3.0]]), np.ones((1, 3))
+    glove.adagrad_step(table, gradsq, np.array([0]), np.array([[4.0, 400.0, 4.0]]))
+    np.testing.assert_allclose(table, [[0.8, -3.0, -1.0]])
+    np.testing.assert_allclose(gradsq, [[1.04, 26.0, 17.0]])
 
 
-def test_adagrad_rejects_the_textbook_order_unscaled_sums_and_a_copy():
-    def textbook(table, gradsq, rows, grad, eta=0.05):
-        gradsq[rows] += (eta * grad) ** 2
-        table[rows] -= eta * grad / np.sqrt(gradsq[rows])
-
-    def unscaled(table, gradsq, rows, grad, eta=0.05):
-        table[rows] -= eta * grad / np.sqrt(gradsq[rows])
-        gradsq[rows] += grad ** 2
+def test_adagrad_rejects_each_wrong_rule_in_a_sentence():
+    def rule(**options):
+        return lambda table, gradsq, rows, grad, eta=0.05: glove_c_rows(
+            table, gradsq, rows, grad, eta, **options)
 
     def not_in_place(table, gradsq, rows, grad, eta=0.05):
         table = table.copy()
-        glove.adagrad_rows(table, gradsq.copy(), rows, grad, eta)
+        glove.adagrad_step(table, gradsq.copy(), rows, grad, eta)
 
     def forgets_g(table, gradsq, rows, grad, eta=0.05):
-        scaled = eta * grad
-        table[rows] -= scaled / np.sqrt(gradsq[rows])
         sums = gradsq[rows]  # a copy: adding to it leaves gradsq as it was
-        sums += scaled * scaled
+        glove_c_rows(table, np.ones_like(gradsq), rows, grad, eta)
+        sums += 1.0
 
     def every_row(table, gradsq, rows, grad, eta=0.05):
         dense = np.zeros_like(table)
         dense[rows] = grad
-        table -= eta * dense / np.sqrt(gradsq)
-        gradsq += (eta * dense) ** 2
+        glove_c_rows(table, gradsq, slice(None), dense, eta)
 
-    with pytest.raises(CheckFailed, match=r"step 1 .*, the table: differs.* added .* before the"):
-        check_adagrad(textbook, 6, 3, 3)
-    with pytest.raises(CheckFailed, match=r"step 1 .*, the sums of squares G"):
-        check_adagrad(unscaled, 6, 3, 3)
+    for options, hint in WRONG_ADAGRAD.values():
+        with pytest.raises(CheckFailed, match=r"step 1 .*differs.* -- " + re.escape(hint)):
+            check_adagrad(rule(**options), 6, 3, 3)
     with pytest.raises(CheckFailed, match=r"step 1 .* left the table unchanged"):
         check_adagrad(not_in_place, 6, 3, 3, block=())
     with pytest.raises(CheckFailed, match=r"step 1 .* left gradsq unchanged"):
         check_adagrad(forgets_g, 6, 3, 3, block=())
     with pytest.raises(CheckFailed, match=r"step 1 .* changed rows not in rows.*O\(rows d\)"):
         check_adagrad(every_row, 6, 3, 3, block=())
+    with pytest.raises(BlockedError, match="write your own adagrad_step"):
+        check_adagrad(glove.adagrad_step, 6, 3, 3)
 
 
 def sharded_dots(c, word_cols, context_cols, row, col, algorithm="ring", check=True):
@@ -264,8 +263,8 @@ def body(function: ast.FunctionDef) -> str:
 
 def test_the_solutions_are_the_library_code():
     """Task 1 is the library's ``weighting`` line for line; Task 3's steps are
-    ``adagrad_rows``' bit for bit; Task 2's phases give the library's cost bit for bit
-    and its gradients (repeated rows are summed in another order)."""
+    ``adagrad_step``'s bit for bit (gradients beyond 100 included); Task 2's phases give
+    the library's cost bit for bit and its gradients (repeated rows are summed in another order)."""
     source = solution_cells()
     answers = {"np": np, "comm": comm, "glove": glove, "train_hogwild": train_hogwild}
     exec(source, answers)  # the course's own notebook
@@ -279,9 +278,9 @@ def test_the_solutions_are_the_library_code():
     mine, mine_sq = table.copy(), gradsq.copy()
     for _ in range(4):
         rows = rng.choice(9, 5, replace=False)
-        grad = rng.standard_normal((5, 4))
+        grad = 200 * rng.standard_normal((5, 4))
         answers["adagrad_step"](mine, mine_sq, rows, grad, 0.1)
-        glove.adagrad_rows(table, gradsq, rows, grad, 0.1)
+        glove.adagrad_step(table, gradsq, rows, grad, 0.1)
     np.testing.assert_array_equal(mine, table)
     np.testing.assert_array_equal(mine_sq, gradsq)
 

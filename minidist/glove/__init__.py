@@ -57,6 +57,7 @@ from minidist.glove.recordfile import RECORD, RecordFile, to_records, write_reco
 from minidist.glove.sharded import Sharded, shard, sharded_step, train_glove_sharded
 from minidist.glove.training import (
     Strategy,
+    adagrad_step,
     apply_gradients,
     epoch_order,
     fit,
@@ -75,7 +76,8 @@ __all__ = [
     "row_gradients", "sum_rows", "adagrad_rows", "glove_c_update",
     "RECORD", "RecordFile", "RecordRun", "sgd_records", "to_records", "train_records",
     "write_records",
-    "Strategy", "apply_gradients", "epoch_order", "fit", "run_epoch", "step", "train",
+    "Strategy", "adagrad_step", "apply_gradients", "epoch_order", "fit", "run_epoch", "step",
+    "train",
     "train_epoch",
     "Sharded", "shard", "sharded_step", "train_glove_sharded",
     "SparseDDP", "sparse_ddp_step", "train_glove_ddp",

@@ -35,15 +35,21 @@ from minidist.util.answers import lab_answer
 
 
 @lab_answer("lab05_adagrad")
-def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
-    """glove.c's AdaGrad on every row the batch touched, in both tables. O(U d).
+def adagrad_step(table: np.ndarray, gradsq: np.ndarray, rows: np.ndarray, grad: np.ndarray,
+                 eta: float = ETA) -> None:
+    """glove.c's AdaGrad on ``rows`` of one table [w_i, b_i], in place (Task 3). O(rows d).
 
-    Per column as glove.c does it (``adagrad_columns``): the vector's gradient
-    clipped to +-100 and scaled by eta, the bias's taken as it is."""
-    rates, clips = adagrad_columns(model.dim, eta)
-    adagrad_rows(model.word, model.word_gradsq, grads.words, grads.word_grad, rates, clip=clips)
-    adagrad_rows(model.context, model.context_gradsq, grads.contexts, grads.context_grad, rates,
-                 clip=clips)
+    Per column as the current glove.c does it (``adagrad_columns``): the
+    vector's gradient clipped to +-100 and scaled by eta, the bias's taken as
+    it is; then theta -= s / sqrt(G) and G += s^2."""
+    rates, clips = adagrad_columns(table.shape[1] - 1, eta)
+    adagrad_rows(table, gradsq, rows, grad, rates, clip=clips)
+
+
+def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
+    """glove.c's AdaGrad on every row the batch touched, in both tables. O(U d)."""
+    adagrad_step(model.word, model.word_gradsq, grads.words, grads.word_grad, eta)
+    adagrad_step(model.context, model.context_gradsq, grads.contexts, grads.context_grad, eta)
 
 
 def step(model: GloVe, batch: Records, eta: float = ETA) -> float:

@@ -11,8 +11,11 @@ The checks:
    batches where words repeat (a repeated word gets the *sum* of its
    records' gradients) and where some words are absent (their rows get 0).
 3. ``adagrad_step``: several steps on random rows, table and squared sums
-   against the library's glove.c update computed before the check, both
-   changed in place and only in the given rows.
+   against the library's update (the current glove.c's: the vector's
+   gradient clipped at 100 and scaled by eta, the bias's taken as it is),
+   computed before the check, both changed in place and only in the given
+   rows; an answer that follows a known wrong rule (the old glove.c's bias,
+   no clipping, the textbook order) is told which.
 4. ``sharded_dots``: P in-process ranks, each holding some columns of both
    tables; values against numpy, traffic against one ``comm.allreduce`` of
    the B partial dot products (any of the library's algorithms): sending
@@ -145,13 +148,40 @@ def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int
 
 
 # --- Task 3: glove.c's AdaGrad step ---------------------------------------------------------
+def glove_c_rows(table: np.ndarray, gradsq: np.ndarray, rows: np.ndarray, grad: np.ndarray,
+                 eta: float, bias_rate: float | None = 1.0, clip: float | None = 100.0,
+                 after: bool = True) -> None:
+    """glove.c's AdaGrad, s = eta clip(g) for the vector and g for the bias, theta -= s /
+    sqrt(G), G += s^2; the keywords make the known wrong variants (``WRONG_ADAGRAD``)."""
+    scaled = grad.copy()
+    vector = scaled[:, :-1] if clip is None else np.clip(scaled[:, :-1], -clip, clip)
+    scaled[:, :-1] = eta * vector
+    scaled[:, -1] *= eta if bias_rate is None else bias_rate
+    if not after:
+        gradsq[rows] += scaled * scaled
+    table[rows] -= scaled / np.sqrt(gradsq[rows])
+    if after:
+        gradsq[rows] += scaled * scaled
+
+
+WRONG_ADAGRAD = {  # a known wrong rule, and what the student reads when an answer follows it
+    "scaled the bias": (dict(bias_rate=None), "you scaled the bias's gradient by eta, the "
+                        "rule of glove.c before 2019; the current glove.c steps the bias with "
+                        "g itself: b -= g / sqrt(G), then G += g^2"),
+    "did not clip": (dict(clip=None), "vector components of g beyond +-100 are clipped to "
+                     "+-100 before the step (np.clip), the bias's never"),
+    "added before": (dict(after=False), "you added s^2 to G before the step; glove.c divides "
+                     "by the old G"),
+}
+
+
 def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, steps: int,
                   eta: float = glove.ETA, seed: int = 0,
                   block: tuple[str, ...] = LIBRARY_ADAGRAD) -> None:
     """``steps`` calls ``adagrad_step(table, gradsq, rows, grad, eta)`` on distinct random
-    rows; after each, the table and the squared sums must be glove.c's, changed in place
-    and only in ``rows``. The table has one more row, never in ``rows``, whose G is 0: an
-    answer that computes on every row (O(V d), not O(rows d)) writes NaN into it."""
+    rows [vector, bias], some gradients beyond 100; after each, table and sums must be the
+    current glove.c's (``glove.adagrad_columns``), changed in place and only in ``rows``.
+    One more row, never in ``rows``, has G = 0: computing on every row writes NaN there."""
     __tracebackhide__ = True
     what = f"adagrad_step, V = {vocab_size + 1}, d = {dim}, eta = {eta:g}"
     rng = np.random.default_rng(seed)
@@ -159,10 +189,13 @@ def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, s
     gradsq = np.ones_like(table)  # glove.c starts every sum at 1
     gradsq[-1] = 0.0              # the row no step may touch
     expected, expected_sq = table.copy(), gradsq.copy()
+    rates, clips = glove.adagrad_columns(dim, eta)
     for step in range(1, steps + 1):
         rows = rng.choice(vocab_size, rng.integers(1, vocab_size), replace=False)  # unsorted
         grad = 3.0 * rng.standard_normal((len(rows), dim + 1))
-        adagrad_rows(expected, expected_sq, rows, grad, eta)
+        grad[::2, 0] *= 80.0  # beyond +-100 now and then: clipped
+        grad[:, -1] *= 50.0   # the bias's: never clipped
+        adagrad_rows(expected, expected_sq, rows, grad, rates, clip=clips)  # the library's
         before, before_sq = table.copy(), gradsq.copy()
         with blocked(*block), np.errstate(divide="ignore", invalid="ignore"):
             adagrad_step(table, gradsq, rows.copy(), grad.copy(), eta)
@@ -177,19 +210,18 @@ def check_adagrad(adagrad_step: Callable[..., Any], vocab_size: int, dim: int, s
                f"{where} changed rows not in rows: a step reads and writes only table[rows] "
                f"and gradsq[rows], O(rows d) whatever V is (row {vocab_size} has G = 0 "
                "here, so computing on every row writes NaN into it)")
-        textbook_sq = before_sq.copy()
-        textbook_sq[rows] += (eta * grad) ** 2
-        textbook = before.copy()
-        textbook[rows] -= eta * grad / np.sqrt(textbook_sq[rows])
         try:
             expect_close(f"{where}, the table", table, expected, rtol=1e-10, atol=1e-12)
+            expect_close(f"{where}, the sums of squares G (+= s^2, after the step)", gradsq,
+                         expected_sq, rtol=1e-10, atol=1e-12)
         except CheckFailed as failure:
-            if not np.allclose(table, textbook, rtol=1e-10, atol=1e-12):
-                raise
-            raise CheckFailed(f"{failure} -- you added (eta g)^2 to G before the step; "
-                              "glove.c divides by the old G") from None
-        expect_close(f"{where}, the sums of squares G (+= (eta g)^2, after the step)", gradsq,
-                     expected_sq, rtol=1e-10, atol=1e-12)
+            for options, hint in WRONG_ADAGRAD.values():
+                wrong, wrong_sq = before.copy(), before_sq.copy()
+                glove_c_rows(wrong, wrong_sq, rows, grad, eta, **options)
+                if (np.allclose(table, wrong, rtol=1e-10, atol=1e-12)
+                        and np.allclose(gradsq, wrong_sq, rtol=1e-10, atol=1e-12)):
+                    raise CheckFailed(f"{failure} -- {hint}") from None
+            raise
 
 
 # --- Task 4: the dimensions split over ranks ------------------------------------------------
