@@ -1,6 +1,7 @@
 """Train GloVe word vectors end to end, then test them.
 
     python -m minidist.examples.glove                                # synthetic corpus, ~15 s
+    python -m minidist.examples.glove --threads 2                    # glove.c's lock-free threads
     python -m minidist.examples.glove --strategy hogwild --ranks 2   # lock-free processes
     python -m minidist.examples.glove --strategy sharded --ranks 2   # dimension split over ranks
     python -m minidist.examples.glove --corpus text8 --window 15 --epochs 15 \\
@@ -17,8 +18,9 @@ The pipeline, one module of minidist per step:
    in a symmetric ``--window``, a pair at distance k adding 1/k
    (``minidist.data.vocab``, ``minidist.data.cooccur``).
 3. Training (``minidist.glove``): AdaGrad over the shuffled
-   non-zeros, in mini-batches, with ``--strategy``:
-   ``single`` (one process), ``hogwild`` (``--ranks`` processes updating
+   non-zeros, with ``--strategy``: ``records`` (the default: glove.c's own
+   loop, record by record, compiled, on ``--threads`` lock-free threads),
+   or in mini-batches: ``single`` (one process), ``hogwild`` (``--ranks`` processes updating
    shared memory without locks), ``sharded`` (each rank holds a slice of
    every vector's dimensions: operation parallelism) or ``ddp`` (each rank
    trains on ``--batch-size`` records of every batch of ranks x batch-size,
@@ -54,7 +56,7 @@ from minidist.data.corpus import download_text8
 from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
 
-STRATEGIES = ("single", "sharded", "ddp", "hogwild")
+STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
 TEXT8_QUERIES = ("france", "king", "computer", "three", "walking")
 
@@ -72,8 +74,8 @@ def prepare_corpus(corpus: str | None, seed: int, folder: str | os.PathLike
 
 def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2,
                   dim: int = 50, x_max: float = 10.0, epochs: int = 10,
-                  batch_size: int = 4096, seed: int = 0,
-                  progress: bool = True) -> tuple[glove.GloVe, list[float], float]:
+                  batch_size: int = 256, seed: int = 0, progress: bool = True,
+                  threads: int = 1) -> tuple[glove.GloVe, list[float], float]:
     """Train GloVe on ``counts``; returns the model, glove.c's cost per epoch, seconds.
 
     Prints the cost of each epoch; ``progress`` shows a progress bar too.
@@ -87,7 +89,12 @@ def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2
         tqdm.write(f"epoch {epoch + 1:3d}  cost {cost:.5f}")
 
     start = time.perf_counter()
-    if strategy == "single":
+    if strategy == "records":  # glove.c: the records shuffled once, then in that order
+        order = np.random.default_rng(seed).permutation(counts.nnz)
+        shuffled = glove.to_records(counts.row[order], counts.col[order], counts.val[order])
+        costs = glove.train_records(model, shuffled, epochs, threads, x_max=x_max,
+                                    on_epoch=report).costs
+    elif strategy == "single":
         costs = glove.train(model, records, epochs, batch_size, seed=seed,
                             on_batch=bar.update, on_epoch=report)
     elif strategy == "hogwild":
@@ -134,9 +141,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--x-max", type=float, default=None,
                         help="f's cap (default: 10 on the synthetic corpus, 100 otherwise)")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="records per step of the mini-batch strategies")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", choices=STRATEGIES, default="single")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="records")
+    parser.add_argument("--threads", type=int, default=1, help="threads of 'records'")
     parser.add_argument("--ranks", type=int, default=2, help="processes of a parallel strategy")
     parser.add_argument("--save", metavar="VECTORS.txt", help="write w + w~ in GloVe text format")
     parser.add_argument("--eval-analogies", metavar="FILE", help="a Google-format analogy file")
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         x_max = args.x_max if args.x_max is not None else (10.0 if synthetic else glove.X_MAX)
         model, costs, seconds = train_vectors(
             counts, args.strategy, args.ranks, args.dim, x_max, args.epochs,
-            args.batch_size, args.seed, progress=not args.no_progress)
+            args.batch_size, args.seed, progress=not args.no_progress, threads=args.threads)
         print(f"{args.epochs} epochs in {seconds:.1f} s "
               f"({args.epochs * counts.nnz / seconds / 1e6:.2f} M records/s), "
               f"strategy {args.strategy}")
