@@ -15,6 +15,9 @@ training loop, ``fit``, with the ``HogwildWorker`` strategy:
 Cost per epoch: nnz / P records per worker, no messages but one report per
 worker; the only contention is on memory bandwidth and on rows touched by
 two workers at once. With workers=1 the run is exactly ``train``'s.
+(glove.c runs Hogwild with threads; ``per_record.train_records(threads=T)``
+does too, its compiled loop releasing the interpreter lock. This file is
+the lesson on processes and shared memory.)
 """
 
 from __future__ import annotations

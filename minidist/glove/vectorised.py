@@ -2,7 +2,7 @@
 
 glove.c updates the model after every record, in C. A Python loop over
 records would run ~100x slower, so ``training.step`` takes a *batch* of B
-records (~4096) at a time and does each phase with a few numpy operations
+records at a time and does each phase with a few numpy operations
 over whole arrays. Four mechanisms carry it; the lesson code uses them
 without further comment:
 
@@ -11,7 +11,12 @@ without further comment:
    temporary), every gradient with one multiplication. Where no word repeats
    inside a batch this is exactly glove.c's sequence of updates (with
    batch_size=1 it always is); a word seen k times takes one AdaGrad step with
-   the sum of its k gradients where glove.c would take k smaller ones.
+   the sum of its k gradients where glove.c would take k smaller ones. For
+   the biases that matters: glove.c steps them at rate 1, not eta, so a
+   first step is the summed gradient itself. Keep batches small against
+   how often words repeat in one (256 records suit an 860-word vocabulary;
+   4096 throw its biases far off). On a CPU, glove.c's own loop
+   (``per_record``, compiled) is faster still and takes the k steps.
 2. **Gathered copies reused.** A fancy-index gather is a copy; after the
    residuals the copies of [w~_j, b~_j] and [w_i, b_i] become the gradients
    in place (set the bias column to 1, scale by f diff): no new B x (d + 1)
