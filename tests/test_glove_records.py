@@ -132,16 +132,15 @@ def test_lock_free_threads_reach_the_one_thread_loss(small, tmp_path):
 
 
 PEAK = """
-import json, resource, sys
-import numpy as np
+import json, sys
 from minidist import glove
+from minidist.bench.glove import peak_mb
 model = glove.GloVe.create({vocab}, 50)
 glove.train_records(model, glove.to_records([0], [1], [2.0]))  # compiled or loaded: not counted
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_mb()
 file = glove.RecordFile(sys.argv[1])
 glove.train_records(model, file, threads=2)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"grew": (after - before) * 1024, "records": len(file) * 16}}))
+print(json.dumps({{"grew": (peak_mb() - before) * 2**20, "records": len(file) * 16}}))
 """
 
 

@@ -1,153 +1,243 @@
-"""How fast does GloVe train? Records per second per core, Hogwild's speedup, memory.
+"""How fast does GloVe train, in how much memory? Beside the reference C, in the same run.
 
-    python -m minidist.bench.glove                    # about a minute
-    python -m minidist.bench.glove --cooccur text8.npz --dims 50 100
+    python -m minidist.bench.glove                                   # synthetic corpus, offline
+    python -m minidist.bench.glove --corpus text.txt --reference-binary GloVe/build/glove
 
-1. **Vectorised trainer** (``minidist.glove``, one process, one
-   core): co-occurrence records trained per second at each ``--dims``, on
-   two workloads: the default synthetic corpus (a small vocabulary, whose
-   tables fit in the CPU caches) and Zipf-distributed random co-occurrences
-   over a text8-sized vocabulary (71,290 words: random rows come from main
-   memory). ``--cooccur FILE.npz`` adds a file made by
-   ``python -m minidist.data.cooccur``. The median epoch of ``--epochs``,
-   per wall-clock second and per second of this process's CPU time.
-   Targets: >= 0.4 M records/s per core at d=50; glove.c does ~0.64 M per
-   thread on the course machine.
-2. **Hogwild** (``minidist.glove.hogwild``) on the text8-sized workload:
-   epoch time with 1 and with 2 worker processes (the same machinery, so the
-   ratio is the speedup; process start-up is excluded and printed apart),
-   and the cost reached, beside the one-process trainer's at equal updates.
-   Target: >= 1.6x with 2 workers; that needs 2 idle cores (other jobs
-   running on the machine take them, and the figure with them).
-3. **Memory**: peak resident set size of this process, beside the bytes
-   the model and the records need. (The Hogwild workers map the shared
-   tables instead of copying them.)
+1. The corpus (``--corpus PATH``, any text file or folder; the synthetic
+   language by default) is counted (``--min-count``, ``--window``) and
+   written once as glove.c's shuffled record file, with its vocabulary.
+2. Each trainer trains ``--epochs`` epochs from the same start, on those
+   records, in a fresh process of its own (so its peak memory is its own):
+   glove.c's loop (``glove.train_records``, the file streamed) on each of
+   ``--threads``, and the mini-batch trainer (``glove.train``, batches of
+   ``--batch-size``, the records in memory).
+3. The reference binary, when given, runs on the same file from the same
+   start (``-load-init-param``) with each of ``--threads``.
+
+Printed per trainer: seconds per epoch (the median), M records per second
+and per thread, the ratio to C at the same number of threads, peak resident
+memory and how much of it training added, and the cost of every epoch.
+Then the targets: the record loop >= 1.0x C's records/s on one thread,
+>= 1.7x its own one-thread speed on two, memory within twice the records'
+16 bytes plus the model. Wall-clock figures move with the machine's load:
+the load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from minidist import glove
-from minidist.data.cooccur import zipf_cooccurrence
 
-TEXT8_VOCAB = 71_290  # words seen >= 5 times in text8
-
-
-def zipf_records(vocab_size: int = TEXT8_VOCAB, draws: int = 3_000_000,
-                 seed: int = 0) -> glove.Records:
-    """Distinct (i, j) pairs with Zipfian word ids and a wide range of counts."""
-    return glove.Records.from_counts(*zipf_cooccurrence(vocab_size, draws, seed, 20.0))
+MB = 2**20
 
 
-def synthetic_records(seed: int = 0) -> tuple[glove.Records, int]:
-    """The default synthetic corpus's co-occurrences (window 10, min count 5)."""
+def peak_mb(pid: int | str = "self") -> float:
+    """A process's peak resident memory in MB: Linux's VmHWM, which starts afresh at exec
+    (getrusage's ru_maxrss keeps the peak of the parent the child was forked from)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            kb = next((int(line.split()[1]) for line in status if line.startswith("VmHWM")), 0)
+        return kb / 1024  # 0 for a process that has already exited
+    except OSError:  # no /proc (macOS: bytes; this process only)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MB
+
+
+def prepare(corpus: str | None, folder: Path, min_count: int, window: int) -> dict[str, Any]:
+    """Count the corpus; write glove.c's record file (shuffled once) and vocabulary file."""
     from minidist.data.cooccur import count_cooccurrences
-    from minidist.data.synthetic_language import generate_corpus
     from minidist.data.vocab import build_vocab
 
-    lines = generate_corpus(seed=seed).lines
-    counts = count_cooccurrences(lines, build_vocab(lines, min_count=5), window=10)
-    return glove.Records.from_counts(counts.row, counts.col, counts.val), len(counts.words)
+    if corpus is None:
+        from minidist.data.synthetic_language import generate_corpus
+
+        source: Any = generate_corpus(seed=0).lines
+    else:
+        source = corpus
+    vocab = build_vocab(source, min_count=min_count)
+    counts = count_cooccurrences(source, vocab, window=window)
+    glove.write_records(folder / "records.bin", counts.row, counts.col, counts.val, seed=0)
+    with open(folder / "vocab.txt", "w", encoding="utf-8") as out:
+        out.writelines(f"{w} {n}\n" for w, n in zip(vocab.words, vocab.counts, strict=True))
+    tokens = int(vocab.counts.sum())
+    return {"words": len(vocab), "records": counts.nnz, "tokens": tokens}
 
 
-def file_records(path: str) -> tuple[glove.Records, int]:
-    from minidist.data.cooccur import Cooccurrence
-
-    counts = Cooccurrence.load(path)
-    return glove.Records.from_counts(counts.row, counts.col, counts.val), len(counts.words)
-
-
-def records_per_second(records: glove.Records, vocab_size: int, dim: int, epochs: int,
-                       batch_size: int) -> tuple[float, float]:
-    """Records per second of the median epoch (one core): per wall second, per CPU second.
-
-    On a machine shared with other jobs the wall figure drops; the CPU one
-    (``time.process_time``) counts only the time this process ran.
-    """
-    model, rng = glove.GloVe.create(vocab_size, dim), np.random.default_rng(0)
-    wall, cpu = [], []
-    for _ in range(epochs):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        glove.train_epoch(model, records, rng, batch_size)
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return len(records) / statistics.median(wall), len(records) / statistics.median(cpu)
-
-
-def hogwild_speedup(records: glove.Records, vocab_size: int, dim: int, epochs: int,
-                    batch_size: int, rounds: int) -> dict[str, float]:
-    """Best epoch time with 1 and 2 workers over ``rounds`` alternating runs, and costs."""
-    best = {1: float("inf"), 2: float("inf")}
-    startup, costs = 0.0, {}
-    for _ in range(rounds):
-        for workers in (1, 2):  # alternate, so a change of load hits both alike
-            model = glove.GloVe.create(vocab_size, dim)
-            run = glove.train_hogwild(model, records, workers, epochs, batch_size, timeout=600)
-            best[workers] = min(best[workers], min(run.seconds))
-            startup, costs[workers] = max(startup, run.startup_seconds), run.costs[-1]
-    sequential = glove.GloVe.create(vocab_size, dim)
-    costs[0] = glove.train(sequential, records, epochs, batch_size)[-1]
-    return {"one": best[1], "two": best[2], "speedup": best[1] / best[2],
-            "startup": startup, "cost_sequential": costs[0], "cost_1": costs[1],
-            "cost_2": costs[2]}
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One trainer in this (fresh) process: the spec's epochs, timed, memory measured."""
+    file, dim = glove.RecordFile(spec["folder"] + "/records.bin"), spec["dim"]
+    glove.train_records(glove.GloVe.create(2, dim), glove.to_records([0], [1], [2.0]))  # load
+    baseline = peak_mb()
+    init = np.fromfile(spec["folder"] + "/init.bin").reshape(2, spec["words"], dim + 1)
+    model = glove.GloVe(init[0].copy(), init[1].copy(), np.ones_like(init[0]),
+                        np.ones_like(init[1]))
+    if spec["trainer"] == "records":
+        run = glove.train_records(model, file, spec["epochs"], spec["threads"],
+                                  x_max=spec["x_max"])
+        costs, seconds = run.costs, run.seconds
+    else:
+        in_memory = file.read()
+        records = glove.Records.from_counts(in_memory["word1"] - 1, in_memory["word2"] - 1,
+                                            in_memory["val"], x_max=spec["x_max"])
+        del in_memory
+        costs, seconds = [], []
+        for epoch in range(spec["epochs"]):
+            started = time.perf_counter()
+            costs += glove.train(model, records, 1, spec["batch_size"], seed=epoch)
+            seconds.append(time.perf_counter() - started)
+    return {"costs": costs, "seconds": seconds, "peak": peak_mb(), "baseline": baseline}
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB (Linux reports KB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "minidist.bench.glove", "--child",
+                           json.dumps(spec)], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{spec['trainer']} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def run_reference(binary: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """glove.c on the same file from the same start: costs as it prints them, each epoch's
+    seconds from the arrival of its line, peak memory from the kernel's accounting."""
+    folder = spec["folder"]
+    command = [binary, "-input-file", f"{folder}/records.bin", "-vocab-file",
+               f"{folder}/vocab.txt", "-save-file", f"{folder}/c_vectors", "-binary", "1",
+               "-threads", str(spec["threads"]), "-iter", str(spec["epochs"]),
+               "-vector-size", str(spec["dim"]), "-x-max", str(spec["x_max"]),
+               "-load-init-param", "1", "-init-param-file", f"{folder}/init.bin",
+               "-seed", "1", "-verbose", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    costs, stamps, peak = [], [], 0.0
+    for line in process.stderr:
+        if line.startswith("alpha:") or "iter:" in line:
+            stamps.append(time.perf_counter())
+            peak = max(peak, peak_mb(process.pid))  # its peak so far; it ends after saving
+        found = re.search(r"iter: \d+, cost: ([0-9.eE+-]+|nan|-nan)", line)
+        if found:
+            costs.append(float(found.group(1)))
+    if process.wait() or len(costs) != spec["epochs"]:
+        raise RuntimeError(f"the reference binary failed (status {process.returncode}): "
+                           f"{' '.join(command)}")
+    return {"costs": costs, "seconds": list(np.diff(stamps)), "peak": peak, "baseline": 0.0}
+
+
+def report(name: str, threads: int, result: dict[str, Any], records: int,
+           reference: dict[str, Any] | None) -> float:
+    """One row of the table; returns M records/s."""
+    seconds = statistics.median(result["seconds"])
+    rate = records / seconds / 1e6
+    ratio = ""
+    if reference is not None:
+        ratio = f"{reference['seconds_median'] / seconds:6.2f}x"
+    added = result["peak"] - result["baseline"]
+    print(f"{name:<22} {threads:>3} {seconds:8.2f} {rate:8.3f} {rate / threads:8.3f} "
+          f"{ratio:>7} {result['peak']:8.0f} {added:8.0f}   "
+          + " ".join(f"{c:.6f}" for c in result["costs"]), flush=True)
+    return rate
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dims", type=int, nargs="+", default=[50, 100])
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs per measurement")
-    parser.add_argument("--batch-size", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating Hogwild runs")
-    parser.add_argument("--cooccur", metavar="FILE.npz", help="also time this workload")
-    parser.add_argument("--no-hogwild", action="store_true")
+    parser.add_argument("--corpus", help="a text file or folder (default: the synthetic one)")
+    parser.add_argument("--reference-binary", metavar="PATH", help="glove.c's `glove` binary")
+    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--window", type=int, default=10)
+    parser.add_argument("--dim", type=int, default=50)
+    parser.add_argument("--x-max", type=float, default=None,
+                        help="f's cap (default: 10 on the synthetic corpus, 100 otherwise)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--batch-size", type=int, default=256, help="of the mini-batch trainer")
+    parser.add_argument("--no-minibatch", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    workloads = {"synthetic corpus": synthetic_records()}
-    workloads["zipf, text8-sized vocab"] = (zipf_records(), TEXT8_VOCAB)
-    if args.cooccur:
-        workloads[args.cooccur] = file_records(args.cooccur)
-    figures: dict[str, float] = {}
-    print("M records/s on one core, per wall second and per CPU second")
-    print(f"{'workload':<26} {'words':>7} {'records':>10} {'d':>4} {'wall':>7} {'CPU':>7}")
-    for name, (records, vocab_size) in workloads.items():
-        for dim in args.dims:
-            wall, cpu = records_per_second(records, vocab_size, dim, args.epochs,
-                                           args.batch_size)
-            figures[f"{name}, d={dim}"], figures[f"{name}, d={dim}, cpu"] = wall, cpu
-            print(f"{name:<26} {vocab_size:>7,} {len(records):>10,} {dim:>4} "
-                  f"{wall / 1e6:>7.3f} {cpu / 1e6:>7.3f}", flush=True)
-    records, vocab_size = workloads["zipf, text8-sized vocab"]
-    if not args.no_hogwild:
-        dim = args.dims[0]
-        h = hogwild_speedup(records, vocab_size, dim, args.epochs, args.batch_size, args.rounds)
-        figures.update({f"hogwild {k}": v for k, v in h.items()})
-        print(f"\nHogwild, d={dim}, best epoch of {args.epochs} x {args.rounds} rounds "
-              f"(start-up {h['startup']:.1f} s excluded)")
-        print(f"  1 worker  {h['one']:6.2f} s/epoch   cost after {args.epochs} epochs "
-              f"{h['cost_1']:.5f}  (one process, no Hogwild: {h['cost_sequential']:.5f})")
-        print(f"  2 workers {h['two']:6.2f} s/epoch   cost after {args.epochs} epochs "
-              f"{h['cost_2']:.5f}")
-        print(f"  speedup   {h['speedup']:.2f}x (target 1.6x)")
-    model_mb = 4 * vocab_size * (max(args.dims) + 1) * 8 / 2**20
-    records_mb = sum(a.nbytes for a in vars(records).values()) / 2**20
-    figures["peak_rss_mb"] = peak_rss_mb()
-    print(f"\nmemory: peak RSS {figures['peak_rss_mb']:.0f} MB; the text8-sized model at "
-          f"d={max(args.dims)} takes {model_mb:.0f} MB (tables and AdaGrad sums), its records "
-          f"{records_mb:.0f} MB; Hogwild puts both once in shared memory for all workers")
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return {}
+    if args.reference_binary and not os.access(args.reference_binary, os.X_OK):
+        parser.error(f"--reference-binary {args.reference_binary}: not an executable file")
+    x_max = args.x_max if args.x_max is not None else (10.0 if args.corpus is None else 100.0)
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="minidist-bench-glove-") as folder:
+        started = time.perf_counter()
+        data = prepare(args.corpus, Path(folder), args.min_count, args.window)
+        n = data["records"]
+        model = glove.GloVe.create(data["words"], args.dim, seed=0)
+        np.concatenate((model.word, model.context)).tofile(f"{folder}/init.bin")
+        glove.train_records(model.copy(), glove.to_records([0], [1], [2.0]))  # compile, cache
+        print(f"{args.corpus or 'synthetic corpus'}: {data['tokens']:,} tokens, "
+              f"{data['words']:,} words, {n:,} records ({16 * n / MB:.0f} MB), d = {args.dim}, "
+              f"x_max = {x_max:g}, {args.epochs} epochs ({time.perf_counter() - started:.0f} s "
+              f"to prepare); load average {load[0]:.2f} {load[1]:.2f}")
+        print(f"\n{'trainer':<22} {'thr':>3} {'s/epoch':>8} {'M rec/s':>8} {'/thread':>8} "
+              f"{'vs C':>7} {'peak MB':>8} {'added':>8}   cost per epoch")
+        base = {"folder": folder, "words": data["words"], "dim": args.dim, "x_max": x_max,
+                "epochs": args.epochs, "batch_size": args.batch_size}
+        figures: dict[str, Any] = {"data": data}
+        for threads in args.threads:
+            reference = None
+            if args.reference_binary:
+                reference = run_reference(args.reference_binary, {**base, "threads": threads})
+                reference["seconds_median"] = statistics.median(reference["seconds"])
+                figures[f"c{threads}"] = reference
+                figures[f"c{threads}_rate"] = report("glove.c", threads, reference, n, None)
+            result = run_child({**base, "trainer": "records", "threads": threads})
+            figures[f"records{threads}"] = result
+            figures[f"records{threads}_rate"] = report("minidist record loop", threads, result,
+                                                       n, reference)
+        if not args.no_minibatch:
+            result = run_child({**base, "trainer": "minibatch", "threads": 1})
+            figures["minibatch"] = result
+            c1 = figures.get("c1")
+            report(f"minidist batches of {args.batch_size}", 1, result, n,
+                   c1 if 1 in args.threads else None)
+        targets(figures, args.threads, n, data["words"], args.dim)
+    end = os.getloadavg()
+    print(f"load average after: {end[0]:.2f} {end[1]:.2f}")
     return figures
+
+
+def targets(figures: dict[str, Any], threads: list[int], n: int, words: int, dim: int) -> None:
+    """The issue's targets, each met or missed, from the figures of this run."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    print()
+    if "c1_rate" in figures and "records1_rate" in figures:
+        ratio = figures["records1_rate"] / figures["c1_rate"]
+        print(f"target 1: record loop >= 1.0x glove.c on one thread: {ratio:.2f}x: "
+              f"{verdict(ratio >= 1.0)}")
+    if "records1_rate" in figures and "records2_rate" in figures:
+        speedup = figures["records2_rate"] / figures["records1_rate"]
+        extra = ""
+        if "c1_rate" in figures and "c2_rate" in figures:
+            extra = f" (glove.c: {figures['c2_rate'] / figures['c1_rate']:.2f}x)"
+        print(f"target 2: 2 threads >= 1.7x one: {speedup:.2f}x{extra}: "
+              f"{verdict(speedup >= 1.7)}")
+    bound = (2 * 16 * n + 4 * 8 * words * (dim + 1)) / MB
+    added = max(figures[f"records{t}"]["peak"] - figures[f"records{t}"]["baseline"]
+                for t in threads)
+    print(f"target 3: memory added by training <= 2 x records + model = {bound:.0f} MB: "
+          f"{added:.0f} MB: {verdict(added <= bound)}")
+    if "c1" in figures and "records1" in figures:
+        ours, theirs = np.array(figures["records1"]["costs"]), np.array(figures["c1"]["costs"])
+        gap = np.max(np.abs(ours - theirs))
+        print(f"cost per epoch on one thread, same start and records: largest gap to glove.c "
+              f"{gap:.1e}, {'within' if gap <= 5e-7 else 'beyond'} its 6 printed decimals")
 
 
 if __name__ == "__main__":
