@@ -81,9 +81,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     file, dim = glove.RecordFile(spec["folder"] + "/records.bin"), spec["dim"]
     glove.train_records(glove.GloVe.create(2, dim), glove.to_records([0], [1], [2.0]))  # load
     baseline = peak_mb()
-    init = np.fromfile(spec["folder"] + "/init.bin").reshape(2, spec["words"], dim + 1)
-    model = glove.GloVe(init[0].copy(), init[1].copy(), np.ones_like(init[0]),
-                        np.ones_like(init[1]))
+    shape, size = (spec["words"], dim + 1), spec["words"] * (dim + 1)
+    word, context = (np.fromfile(spec["folder"] + "/init.bin", count=size,
+                                 offset=8 * size * k).reshape(shape) for k in (0, 1))
+    model = glove.GloVe(word, context, np.ones_like(word), np.ones_like(context))
     if spec["trainer"] == "records":
         run = glove.train_records(model, file, spec["epochs"], spec["threads"],
                                   x_max=spec["x_max"])
