@@ -118,3 +118,26 @@ def test_pipeline_benchmark_reports_throughput_bubbles_and_memory():
     for n in (3, 5, 6):
         assert next(line for line in out.splitlines()
                     if line.startswith(f"target {n}:")).endswith(": met")
+
+
+def test_english_corpus_strips_wikipedia_markup_and_writes_a_document_per_line(tmp_path):
+    import bz2
+    import zipfile
+
+    from minidist.bench import english_corpus
+
+    xml = ("<page><text xml:space=\"preserve\">'''Anarchism''' is a [[political philosophy|"
+           "philosophy]] {{citation needed}} that rejects rulers&lt;ref&gt;a source&lt;/ref&gt;"
+           " of every kind\n\nSecond paragraph of the same article here</text></page>")
+    wheel = tmp_path / "gensim.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(english_corpus.WIKI, bz2.compress(xml.encode()))
+        archive.writestr(english_corpus.TEST_DATA + "lee_background.cor", "One two three four\n")
+        archive.writestr(english_corpus.TEST_DATA + "head500.noblanks.cor", "a b\nx y z w v\n")
+    out = tmp_path / "english.txt"
+    with open(out, "w", encoding="utf-8") as handle:
+        english_corpus.write_lines(english_corpus.gensim_texts(str(wheel)), handle)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines == ["anarchism is a philosophy that rejects rulers of every kind",
+                     "second paragraph of the same article here", "one two three four",
+                     "x y z w v"]
