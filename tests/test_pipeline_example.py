@@ -12,10 +12,10 @@ from minidist.comm import LocalCluster
 from minidist.examples import mlp
 from minidist.examples import pipeline as example
 from minidist.nn import MLP
-from minidist.parallel.pipeline import Pipeline, bubble_formula
+from minidist.parallel.pipeline import Pipeline, bubble_formula, bubbles
 from minidist.util.mpiexec import mpiexec_command, rank_environment
 from minidist.util.processes import stop_process_tree
-from minidist.viz import plot_gantt, stage_bubbles
+from minidist.viz import plot_gantt
 
 QUICK = ["--epochs", "2", "--hidden", "32", "--micro-batches", "4"]
 
@@ -103,7 +103,7 @@ def test_the_gantt_chart_draws_2m_steps_per_rank_and_the_bubble(tmp_path, schedu
     assert len(ax.collections) == stages * (1 + 2 * micro_batches)
     numbers = sorted(text.get_text() for text in ax.texts)
     assert numbers == sorted([str(m) for m in range(micro_batches)] * (2 * stages))
-    measured = stage_bubbles(traces)
+    measured = bubbles(traces)
     assert measured == pytest.approx([bubble_formula(stages, micro_batches)] * stages, abs=0.01)
     labels = [label.get_text() for label in ax.get_yticklabels()]
     assert labels == [f"rank {k}\nbubble {b:.0%}" for k, b in enumerate(measured)]

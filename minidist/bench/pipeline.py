@@ -66,8 +66,7 @@ from minidist.comm.transport.world import running_under_mpi
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
-from minidist.parallel.pipeline import Pipeline, bubble_formula
-from minidist.viz.gantt import stage_bubbles
+from minidist.parallel.pipeline import Pipeline, bubble_formula, bubbles
 
 TOLERANCE = 0.05  # bubble targets: within 5 points of the formula
 
@@ -200,7 +199,7 @@ def show_modelled_bubbles() -> list[str]:
         for m in (1, 4, 8, 16):
             cells = []
             for schedule in ("gpipe", "1f1b"):
-                measured = stage_bubbles(LocalCluster(k).run(modelled_trace,
+                measured = bubbles(LocalCluster(k).run(modelled_trace,
                                                              args=(schedule, m), timeout=60))
                 worst = max(worst, *(abs(b - bubble_formula(k, m)) for b in measured))
                 cells.append(" ".join(f"{b:.1%}" for b in measured))
@@ -217,7 +216,7 @@ def show_mpi_bubbles(traces: dict) -> list[str]:
     for m in sorted({m for _, m in traces}):
         cells = []
         for schedule in ("gpipe", "1f1b"):
-            steps = [stage_bubbles(list(ranks)) for ranks in traces[schedule, m]]
+            steps = [bubbles(list(ranks)) for ranks in traces[schedule, m]]
             measured = [statistics.median(stage) for stage in zip(*steps, strict=True)]
             worst = max(worst, abs(min(measured) - bubble_formula(2, m)))  # the busiest stage
             cells.append(" ".join(f"{b:.1%}" for b in measured))

@@ -54,8 +54,13 @@ from minidist.comm import Communicator, LocalCluster, LocalCommunicator, gather,
 from minidist.data import DataLoader, load_digits, standardize
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
 from minidist.models.mlp import build_mlp
-from minidist.parallel.pipeline import SCHEDULES, Pipeline, bubble_formula, format_schedule
-from minidist.viz.gantt import stage_bubbles
+from minidist.parallel.pipeline import (
+    SCHEDULES,
+    Pipeline,
+    bubble_formula,
+    bubbles,
+    format_schedule,
+)
 
 
 def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dict[str, Any]:
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         result = train(c, args)
         if c.rank != c.size - 1:
             return None
-    measured = stage_bubbles(result["traces"])
+    measured = bubbles(result["traces"])
     formula = (f"(K-1)/K = {(ranks - 1) / ranks:.0%}" if args.schedule == "naive" else
                f"(K-1)/(M+K-1) = {bubble_formula(ranks, args.micro_batches):.0%}")
     print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs, "

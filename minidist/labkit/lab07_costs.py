@@ -35,7 +35,7 @@ from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import Pipeline
 
-LIBRARY_BUBBLE = ("lab07_bubble", "minidist.viz.gantt.stage_bubbles")
+LIBRARY_BUBBLE = ("lab07_bubble",)
 LIBRARY_CHECKPOINT = ("lab07_checkpoint",)
 WIDTH = 8  # the timed MLP: [8] * (layers + 1)
 

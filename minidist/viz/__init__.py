@@ -10,7 +10,7 @@ backend unless one was chosen already, so plotting works on a cluster node
 without a display.
 """
 
-from minidist.viz.gantt import plot_gantt, stage_bubbles
+from minidist.viz.gantt import plot_gantt
 from minidist.viz.timeline import COLORS, plot_timeline, summarize
 
-__all__ = ["COLORS", "plot_gantt", "plot_timeline", "stage_bubbles", "summarize"]
+__all__ = ["COLORS", "plot_gantt", "plot_timeline", "summarize"]

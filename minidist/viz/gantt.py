@@ -25,16 +25,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from minidist.parallel.pipeline.schedules import bubbles
+
 COLORS = {"F": "#4c72b0", "B": "#55a868", "idle": "#e6e6e6"}
 NAMES = {"F": "forward", "B": "backward", "idle": "idle (bubble)"}
 
 Trace = Sequence[tuple[str, float, float]]
-
-
-def stage_bubbles(traces: Sequence[Trace]) -> list[float]:
-    """Each rank's idle share of the span: 1 - (its busy time) / (the latest step's end)."""
-    span = max(end for trace in traces for _, _, end in trace)
-    return [1.0 - sum(end - start for _, start, end in trace) / span for trace in traces]
 
 
 def plot_gantt(traces: Sequence[Trace], path: str | os.PathLike | None = None,
@@ -68,7 +64,7 @@ def plot_gantt(traces: Sequence[Trace], path: str | os.PathLike | None = None,
                         va="center", color="white", fontsize=8 if steps <= 32 else 6)
     ax.set_yticks([rank + 0.5 for rank in range(ranks)])
     ax.set_yticklabels([f"rank {rank}\nbubble {bubble:.0%}"
-                        for rank, bubble in enumerate(stage_bubbles(traces))])
+                        for rank, bubble in enumerate(bubbles(traces))])
     ax.set_ylim(ranks, 0)  # rank 0 (the first stage) on top
     ax.set_xlim(0, span * scale)
     ax.set_xlabel(f"time ({unit})")

@@ -171,8 +171,11 @@ def simulate(schedule: Schedule, forward: float = 1.0,
 
 
 @lab_answer("lab07_bubble")
-def bubbles(timed: list[list[tuple[Step, float, float]]]) -> list[float]:
-    """Each stage's idle fraction: 1 - (its busy time) / (the whole schedule's span)."""
+def bubbles(timed: list[list[tuple[Step | str, float, float]]]) -> list[float]:
+    """Each stage's idle fraction: 1 - (its busy time) / (the whole schedule's span).
+
+    ``timed[k]``: rank k's (step, start, end), from ``simulate`` or an engine's trace.
+    """
     span = max(end for steps in timed for _, _, end in steps)
     return [1.0 - sum(end - start for _, start, end in steps) / span for steps in timed]
 
