@@ -224,7 +224,7 @@ def test_sharded_dots_rejects_one_allreduce_per_record_and_the_library():
 @pytest.mark.parametrize("workers", [1, 2])
 def test_hogwild(workers):
     check_hogwild(library_hogwild, workers, vocab_size=300, dim=8, nnz=6000, epochs=1,
-                  batch_size=128)
+                  batch_size=32)
 
 
 @pytest.mark.timeout(60)
