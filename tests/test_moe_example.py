@@ -4,14 +4,12 @@ comparison and the table (under mpiexec too); the MoE benchmark's tables."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_example import run_under_mpiexec
 
 import minidist as md
 from minidist.examples import moe as example
@@ -55,16 +53,9 @@ def test_command_line_prints_the_losses_against_one_process_and_the_table(capsys
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
 def test_the_example_under_mpiexec() -> None:
-    from minidist.util.mpiexec import mpiexec_command, rank_environment
 
-    command = mpiexec_command(2, ["-m", "minidist.examples.moe", "--epochs", "2"])
-    job = subprocess.Popen(command, env=rank_environment(2), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=110)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)  # mpiexec and its ranks: no process left behind
-        raise
+    job = run_under_mpiexec(2, "minidist.examples.moe", ["--epochs", "2"], timeout=110)
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0, out + err
     assert "loss, 2 ranks" in out and "all 2 ranks (E = 4, top-1)" in out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("2 ")]

@@ -5,14 +5,12 @@ are what the formulas of its groups add up to."""
 from __future__ import annotations
 
 import re
-import subprocess
 
 import numpy as np
 import pytest
+from mpi_example import run_under_mpiexec
 
 from minidist.examples import parallel_3d as example
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
 
 QUICK = ["--steps", "4", "--d", "16", "--context", "12", "--batch", "8"]
 
@@ -73,14 +71,8 @@ def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
 @pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_dp2_pp2_on_four_mpi_processes_trains_as_one():
-    command = mpiexec_command(4, ["-m", "minidist.examples.parallel_3d", *QUICK,
-                                  "--dp", "2", "--pp", "2"])
-    job = subprocess.Popen(command, env=rank_environment(4), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=120)
-    finally:
-        stop_process_tree(job)
+    job = run_under_mpiexec(4, "minidist.examples.parallel_3d", [*QUICK, "--dp", "2", "--pp", "2"])
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0, out + err
     assert "grid dp=2 x pp=2 x tp=1" in out and "Embed-Block1" in out
     difference = float(re.search(r"largest difference over the curve (\S+) ", out)[1])

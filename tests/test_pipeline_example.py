@@ -3,18 +3,15 @@ and under a real mpiexec), and its Gantt chart draws every step of every rank.""
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
+from mpi_example import run_under_mpiexec
 
 from minidist.comm import LocalCluster
 from minidist.examples import mlp
 from minidist.examples import pipeline as example
 from minidist.nn import MLP
 from minidist.parallel.pipeline import Pipeline, bubble_formula, bubbles
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
 from minidist.viz import plot_gantt
 
 QUICK = ["--epochs", "2", "--hidden", "32", "--micro-batches", "4"]
@@ -61,14 +58,9 @@ def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
 @pytest.mark.timeout(150)
 def test_two_mpi_processes_train_and_draw_the_chart(tmp_path):
     gantt = tmp_path / "gantt.png"
-    command = mpiexec_command(2, ["-m", "minidist.examples.pipeline", *QUICK,
-                                  "--schedule", "1f1b", "--gantt", str(gantt)])
-    job = subprocess.Popen(command, env=rank_environment(2), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=120)
-    finally:
-        stop_process_tree(job)
+    job = run_under_mpiexec(2, "minidist.examples.pipeline",
+                            [*QUICK, "--schedule", "1f1b", "--gantt", str(gantt)])
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0, out + err
     assert "rank 1: F0 B0 F1 B1 F2 B2 F3 B3" in out
     assert "test accuracy" in out and gantt.stat().st_size > 0

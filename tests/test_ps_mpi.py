@@ -12,14 +12,13 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from mpi_example import run_under_mpiexec
 from test_launch import ProcessWatcher
 
 import minidist as md
 from minidist.comm import LocalCluster, RankError
 from minidist.parallel.ps import ServerOptimizer
 from minidist.parallel.ps.training import train_mlp
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 pytestmark = [pytest.mark.mpi,
@@ -82,14 +81,7 @@ def test_a_run_without_workers_fails_on_every_rank_not_hangs():
 def run_example(*args: str, ranks: int = 4) -> subprocess.CompletedProcess:
     """``mpiexec -n ranks python -m mpi4py -m minidist.examples.ps_mlp args``, stopped with
     everything it started whatever happens."""
-    command = mpiexec_command(ranks, ["-m", "minidist.examples.ps_mlp", *args])
-    job = subprocess.Popen(command, env=rank_environment(ranks), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=100)
-    finally:
-        stop_process_tree(job)
-    return subprocess.CompletedProcess(command, job.returncode, out, err)
+    return run_under_mpiexec(ranks, "minidist.examples.ps_mlp", list(args), timeout=100)
 
 
 def none_left(watcher: ProcessWatcher) -> bool:

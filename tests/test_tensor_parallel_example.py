@@ -4,14 +4,12 @@ and under a real mpiexec), and counts its allreduces: 2 per block forward, 2 bac
 from __future__ import annotations
 
 import re
-import subprocess
 
 import numpy as np
 import pytest
+from mpi_example import run_under_mpiexec
 
 from minidist.examples import tensor_parallel as example
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
 
 QUICK = ["--steps", "6", "--d", "16", "--context", "12", "--batch", "8"]
 
@@ -59,13 +57,8 @@ def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
 @pytest.mark.mpi
 @pytest.mark.timeout(150)
 def test_two_mpi_processes_train_as_one():
-    command = mpiexec_command(2, ["-m", "minidist.examples.tensor_parallel", *QUICK])
-    job = subprocess.Popen(command, env=rank_environment(2), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=120)
-    finally:
-        stop_process_tree(job)
+    job = run_under_mpiexec(2, "minidist.examples.tensor_parallel", QUICK)
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0, out + err
     assert "TP = 2: final loss" in out and "allreduces per step: 8 counted" in out
     difference = float(re.search(r"largest difference over the curve (\S+) ", out)[1])

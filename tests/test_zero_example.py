@@ -1,18 +1,16 @@
 """The ZeRO example: in-process ranks train as DataParallel does, with the memory and traffic
 of the formulas; its command line prints the summary, on one process and under mpiexec."""
 
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_example import run_under_mpiexec
 
 import minidist as md
 from minidist.examples import zero as example
 from minidist.parallel.zero import bytes_sent_per_step, values_held
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
 
 QUICK = dict(epochs=1, hidden=16, progress=False)
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -51,14 +49,9 @@ def test_the_command_line_prints_the_summary_against_ddp_and_one_process(capsys)
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
 def test_the_example_under_mpiexec_prints_its_summary():
-    command = mpiexec_command(2, ["-m", "minidist.examples.zero", "--stage", "2",
-                                  "--epochs", "1", "--hidden", "16"])
-    job = subprocess.Popen(command, env=rank_environment(2), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=100)
-    finally:
-        stop_process_tree(job)
+    job = run_under_mpiexec(2, "minidist.examples.zero",
+                            ["--stage", "2", "--epochs", "1", "--hidden", "16"], timeout=100)
+    out, err = job.stdout, job.stderr
     assert job.returncode == 0, err
     assert "ZeRO-2 on 2 rank(s), adam" in out and "one process:" in out
     assert out.count("largest weight difference") == 2

@@ -1,0 +1,25 @@
+"""Running an example under mpiexec from a test: bounded in time, no process left behind."""
+
+from __future__ import annotations
+
+import subprocess
+
+from minidist.util.mpiexec import mpiexec_command, rank_environment
+from minidist.util.processes import stop_process_tree
+
+
+def run_under_mpiexec(ranks: int, module: str, args: list[str],
+                      timeout: float = 120) -> subprocess.CompletedProcess:
+    """``mpiexec -n ranks python -m mpi4py -m module *args``: its exit status, stdout, stderr.
+
+    The job runs in its own session; on a timeout (or any error) its whole
+    process tree is stopped, and TimeoutExpired propagates.
+    """
+    command = mpiexec_command(ranks, ["-m", module, *args])
+    job = subprocess.Popen(command, env=rank_environment(ranks), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = job.communicate(timeout=timeout)
+    finally:
+        stop_process_tree(job)
+    return subprocess.CompletedProcess(command, job.returncode, out, err)
