@@ -22,10 +22,10 @@ Cost: O(number of steps) to draw.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 
 from minidist.parallel.pipeline.schedules import bubbles
+from minidist.viz.figure import finish, pyplot
 
 COLORS = {"F": "#4c72b0", "B": "#55a868", "idle": "#e6e6e6"}
 NAMES = {"F": "forward", "B": "backward", "idle": "idle (bubble)"}
@@ -39,12 +39,7 @@ def plot_gantt(traces: Sequence[Trace], path: str | os.PathLike | None = None,
 
     Saves a PNG to ``path`` when given; returns the matplotlib figure.
     """
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:  # nobody chose a backend yet
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    plt = pyplot()
 
     if not traces or not all(traces):
         raise ValueError("plot_gantt needs at least one step on every rank")
@@ -68,12 +63,4 @@ def plot_gantt(traces: Sequence[Trace], path: str | os.PathLike | None = None,
     ax.set_ylim(ranks, 0)  # rank 0 (the first stage) on top
     ax.set_xlim(0, span * scale)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_title(title, loc="left")
-    ax.legend(handles=[Patch(color=color, label=NAMES[key]) for key, color in COLORS.items()],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
-              frameon=False)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-    return fig
+    return finish(fig, ax, title, {NAMES[key]: color for key, color in COLORS.items()}, path)

@@ -22,8 +22,9 @@ Cost: O(number of intervals) to draw.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
+
+from minidist.viz.figure import pyplot
 
 COLORS = {"compute": "#4c72b0", "comm": "#dd8452", "wait": "#c44e52"}
 LANE_Y = {"main": 0.08, "comm": 0.52}  # where each lane starts in a rank's row (y grows down)
@@ -46,12 +47,7 @@ def plot_timeline(traces: Sequence[Trace], path: str | os.PathLike | None = None
     Saves a PNG to ``path`` when given; returns the matplotlib figure.
     ``start``/``end`` (seconds) crop the time axis.
     """
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:  # nobody chose a backend yet
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    plt = pyplot()
 
     ranks = len(traces)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.7 * ranks))
@@ -67,12 +63,4 @@ def plot_timeline(traces: Sequence[Trace], path: str | os.PathLike | None = None
     latest = max((finish for trace in traces for *_, finish in trace), default=1.0)
     ax.set_xlim(start, end if end is not None else latest)
     ax.set_xlabel("time (s)")
-    ax.set_title(title, loc="left")
-    ax.legend(handles=[Patch(color=color, label=kind) for kind, color in COLORS.items()],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
-              frameon=False)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-    return fig
+    return finish(fig, ax, title, COLORS, path)

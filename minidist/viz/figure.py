@@ -1,0 +1,39 @@
+"""What every picture of ``minidist.viz`` shares: pyplot without a display, one way to finish.
+
+``pyplot()`` imports matplotlib's pyplot on first use, with the file-only
+"Agg" backend unless a backend was chosen already (a notebook's inline one),
+so plotting works on a cluster node without a display. ``finish`` puts the
+title and the legend above the axes, saves a PNG when given a path (and
+closes the figure: a script drawing many leaks none) and returns the figure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def pyplot():
+    """matplotlib.pyplot, on the Agg backend when nobody chose one."""
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:  # nobody chose a backend yet
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def finish(fig, ax, title: str, legend: dict[str, str], path: str | os.PathLike | None):
+    """Title, a legend of ``{label: colour}`` patches above the axes, save to ``path``."""
+    from matplotlib.patches import Patch
+
+    ax.set_title(title, loc="left")
+    ax.legend(handles=[Patch(color=color, label=label) for label, color in legend.items()],
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
+              frameon=False)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+        pyplot().close(fig)
+    return fig
