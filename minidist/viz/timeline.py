@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from minidist.viz.figure import pyplot
+from minidist.viz.figure import finish, pyplot
 
 COLORS = {"compute": "#4c72b0", "comm": "#dd8452", "wait": "#c44e52"}
 LANE_Y = {"main": 0.08, "comm": 0.52}  # where each lane starts in a rank's row (y grows down)
@@ -52,10 +52,10 @@ def plot_timeline(traces: Sequence[Trace], path: str | os.PathLike | None = None
     ranks = len(traces)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.7 * ranks))
     for rank, trace in enumerate(traces):
-        for kind, lane, begin, finish in trace:
-            if finish < start or (end is not None and begin > end):
+        for kind, lane, begin, stop in trace:
+            if stop < start or (end is not None and begin > end):
                 continue
-            ax.broken_barh([(begin, finish - begin)], (rank + LANE_Y[lane], LANE_HEIGHT),
+            ax.broken_barh([(begin, stop - begin)], (rank + LANE_Y[lane], LANE_HEIGHT),
                            facecolors=COLORS[kind], edgecolor="white", linewidth=0.3)
     ax.set_yticks([rank + 0.5 for rank in range(ranks)])
     ax.set_yticklabels([f"rank {rank}" for rank in range(ranks)])
