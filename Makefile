@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # more ranks than cores: MPICH yields instead of spinning while it waits
 MPIEXEC := MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(BIN)/mpiexec -n $(RANKS)
 
-.PHONY: demo test test-loaded lint lab bench release grade clean
+.PHONY: demo test test-loaded lint lab bench release grade slides clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ grade: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m minidist.bench.autograd
+
+# the seven lecture decks, their figures drawn by minidist: build/slides/*.html, and *.pdf when
+# Chromium is installed (Debian: apt-get install chromium)
+slides: $(STAMP)
+	$(BIN)/python slides/build.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
