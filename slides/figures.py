@@ -214,10 +214,10 @@ def staleness(path) -> None:
 
     fig, ax = pyplot().subplots(figsize=(7, 3.4))
     for learners in (4, 8):
-        trial = simulate("asgd", learners, epochs=0.4)
+        trial = simulate("asgd", learners, epochs=2.0)
         taus, total = sorted(trial.staleness), sum(trial.staleness.values())
         ax.step(taus, [trial.staleness[t] / total for t in taus], where="mid",
-                label=f"λ = {learners}: accuracy {trial.accuracy:.0%}")
+                label=f"λ = {learners} learners, {total} gradients")
     ax.set_xlabel("staleness τ (1 + updates the gradient missed)")
     ax.set_ylabel("share of gradients")
     ax.legend()
