@@ -60,7 +60,7 @@ def plot_timeline(traces: Sequence[Trace], path: str | os.PathLike | None = None
     ax.set_yticks([rank + 0.5 for rank in range(ranks)])
     ax.set_yticklabels([f"rank {rank}" for rank in range(ranks)])
     ax.set_ylim(ranks, 0)  # rank 0 on top
-    latest = max((finish for trace in traces for *_, finish in trace), default=1.0)
+    latest = max((stop for trace in traces for *_, stop in trace), default=1.0)
     ax.set_xlim(start, end if end is not None else latest)
     ax.set_xlabel("time (s)")
     return finish(fig, ax, title, COLORS, path)

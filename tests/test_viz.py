@@ -1,0 +1,24 @@
+"""The pictures of minidist.viz: drawn from traces, saved as PNG files."""
+
+from __future__ import annotations
+
+from minidist.viz import plot_timeline, summarize
+
+
+def test_timeline_draws_one_bar_per_interval_and_saves_a_png(tmp_path):
+    traces = [[("compute", "main", 0.0, 0.5), ("wait", "main", 0.5, 0.75),
+               ("comm", "comm", 0.25, 0.75)],
+              [("compute", "main", 0.0, 0.75), ("comm", "comm", 0.5, 0.75)]]
+    fig = plot_timeline(traces, tmp_path / "timeline.png", title="two ranks")
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+    ax = fig.axes[0]
+    assert len(ax.collections) == 5 and ax.get_xlim() == (0.0, 0.75)
+    assert ax.get_title(loc="left") == "two ranks"
+    assert summarize(traces) == [{"compute": 0.5, "comm": 0.5, "wait": 0.25},
+                                 {"compute": 0.75, "comm": 0.25, "wait": 0.0}]
+
+
+def test_timeline_crops_to_the_window_asked_for():
+    traces = [[("compute", "main", 0.0, 1.0), ("compute", "main", 2.0, 3.0)]]
+    ax = plot_timeline(traces, start=1.5, end=3.0).axes[0]
+    assert len(ax.collections) == 1 and ax.get_xlim() == (1.5, 3.0)
