@@ -7,7 +7,7 @@ A deck is one Markdown file. Slides are separated by a line ``---``; a line
 ``Note:`` starts the slide's speaker notes (shown with the N key). The
 Markdown is a small subset, enough for lectures: headings, paragraphs,
 lists (nested by two spaces), fenced code, pipe tables, ``**bold**``,
-``*italic*``, ```code```, links, and images: ``![caption](fig:NAME)`` draws
+``*italic*``, `` `code` ``, links, and images: ``![caption](fig:NAME)`` draws
 figure NAME of ``slides/figures.py`` by running minidist now;
 ``![caption](file.png)`` embeds a file next to the deck.
 
