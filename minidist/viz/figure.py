@@ -4,7 +4,8 @@
 "Agg" backend unless a backend was chosen already (a notebook's inline one),
 so plotting works on a cluster node without a display. ``finish`` puts the
 title and the legend above the axes, saves a PNG when given a path (and
-closes the figure: a script drawing many leaks none) and returns the figure.
+closes the figure: a script drawing many leaks none) and returns the figure;
+``save`` is that last part alone.
 """
 
 from __future__ import annotations
@@ -32,8 +33,15 @@ def finish(fig, ax, title: str, legend: dict[str, str], path: str | os.PathLike 
     ax.legend(handles=[Patch(color=color, label=label) for label, color in legend.items()],
               loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
               frameon=False)
-    fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
-        pyplot().close(fig)
+        save(fig, path)
+    else:
+        fig.tight_layout()
     return fig
+
+
+def save(fig, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Lay the figure out, write it as a PNG to ``path`` and close it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
