@@ -71,16 +71,19 @@ def average_gradients(params, group) -> None:
     Data parallelism after a pipeline's flush: the stage's gradients are
     complete only when the last micro-batch's backward is done, so the
     average is taken then, in one flat buffer (``DataParallel`` instead
-    overlaps bucketed allreduces with one backward pass). Cost: ring,
-    2(P-1)/P of the gradients' bytes sent per rank.
+    overlaps bucketed allreduces with one backward pass). A parameter without
+    a gradient on this rank counts as zeros, so every rank packs the same
+    layout. Cost: ring, 2(P-1)/P of the gradients' bytes sent per rank.
     """
-    grads = [p.grad for p in params if p.grad is not None]
-    if group.size == 1 or not grads:
+    params = list(params)
+    if group.size == 1 or not params:
         return
-    flat = backend.xp_of(grads[0]).concatenate([g.reshape(-1) for g in grads])
-    # communication: the gradients of every replica of this stage, summed
-    total = comm.allreduce(flat, group, check=False)
+    xp = backend.xp_of(params[0].data)
+    flat = xp.concatenate([xp.zeros(p.data.size, p.data.dtype) if p.grad is None
+                           else p.grad.reshape(-1) for p in params])
+    # communication: the gradients of every replica of these parameters, summed
+    total = comm.allreduce(flat, group, check=False) / group.size
     start = 0
-    for g in grads:
-        g[...] = total[start:start + g.size].reshape(g.shape) / group.size
-        start += g.size
+    for p in params:
+        p.grad = total[start:start + p.data.size].reshape(p.data.shape).astype(p.data.dtype)
+        start += p.data.size

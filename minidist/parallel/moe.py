@@ -67,6 +67,7 @@ from minidist.backend import to_numpy, xp_of
 from minidist.comm import Communicator, LocalCluster, allreduce, alltoall, alltoallv
 from minidist.nn import MLP, Linear, Module, ModuleList, init
 from minidist.nn.functional import as_tensor
+from minidist.parallel import grid
 from minidist.util.answers import lab_answer
 
 
@@ -279,17 +280,8 @@ def average_gradients(model: Module, c: Communicator) -> None:
     one allreduce of them all, packed (a missing gradient counts as zeros).
     """
     experts = {id(p) for p in expert_parameters(model)}
-    replicated = [p for p in model.parameters() if id(p) not in experts]
     for p in model.parameters():
         if id(p) in experts and p.grad is not None:
             p.grad /= c.size
-    if not replicated or c.size == 1:
-        return
-    packed = np.concatenate([np.zeros(p.size, p.dtype) if p.grad is None
-                             else to_numpy(p.grad).ravel() for p in replicated])
-    # communication: the replicated parameters' gradients, summed over the ranks
-    total = allreduce(packed, c) / c.size
-    start = 0
-    for p in replicated:
-        p.grad = xp_of(p.data).asarray(total[start:start + p.size].reshape(p.shape), p.dtype)
-        start += p.size
+    # communication: the replicated parameters' gradients, averaged in one allreduce
+    grid.average_gradients([p for p in model.parameters() if id(p) not in experts], c)
