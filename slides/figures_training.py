@@ -10,6 +10,7 @@ import numpy as np
 import minidist as md
 from minidist import comm
 from minidist.viz.figure import pyplot, save
+from minidist.viz.staleness import race_curves, staleness_histogram
 
 # ---- Lecture 5 ----
 
@@ -18,15 +19,9 @@ def staleness(path) -> None:
     from minidist.parallel.ps.simulator import simulate
 
     fig, ax = pyplot().subplots(figsize=(7, 3.4))
-    for learners in (4, 8):
-        trial = simulate("asgd", learners, epochs=2.0)
-        taus, total = sorted(trial.staleness), sum(trial.staleness.values())
-        ax.step(taus, [trial.staleness[t] / total for t in taus], where="mid",
-                label=f"λ = {learners} learners, {total} gradients")
-    ax.set_xlabel("staleness τ (1 + updates the gradient missed)")
-    ax.set_ylabel("share of gradients")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
+    staleness_histogram(ax, [simulate("asgd", learners, epochs=2.0) for learners in (4, 8)],
+                        label=lambda trial: f"λ = {trial.learners} learners, "
+                                            f"{sum(trial.staleness.values())} gradients")
     save(fig, path, dpi=110)
 
 
@@ -36,15 +31,7 @@ def ssp_race(path) -> None:
 
     race = straggler_race(workers=4, steps=30)
     fig, ax = pyplot().subplots(figsize=(7, 3.4))
-    for rule, run in race.runs.items():
-        label = f"ssp({race.staleness})" if rule == "ssp" else rule
-        ax.plot([1e3 * t for t, *_ in run.curve], [loss for _, _, loss, _ in run.curve],
-                label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("modelled ms")
-    ax.set_ylabel("test loss (worker 0's reads)")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
+    race_curves(ax, race)
     save(fig, path, dpi=110)
 
 

@@ -22,7 +22,6 @@ A progress bar counts gradients; a summary line ends the run.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from tqdm import tqdm
@@ -41,6 +40,8 @@ from minidist.parallel.ps.simulator import (
     straggler_race,
 )
 from minidist.parallel.ps.training import digits
+from minidist.viz.figure import pyplot, save
+from minidist.viz.staleness import race_curves, staleness_histogram
 
 
 def run_table(args: argparse.Namespace) -> list[Trial]:
@@ -70,12 +71,7 @@ def run_races(args: argparse.Namespace) -> list[Race]:
 
 def plot(trials: list[Trial], races: list[Race], path: str) -> None:
     """Accuracy against λ; the staleness histograms; the persistent straggler's race."""
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:  # nobody chose a backend yet
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = (2 if trials else 0) + (1 if races else 0)
     fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4), squeeze=False)
     axes = list(axes[0])
@@ -93,33 +89,15 @@ def plot(trials: list[Trial], races: list[Race], path: str) -> None:
         ax.set_title("same samples, same α0", loc="left")
         ax.legend(fontsize="small")
         ax.grid(True, alpha=0.3)
-        ax = axes.pop(0)
-        for trial in trials:  # the async rules share one schedule: one histogram per λ
-            if trial.method == _async_method(trials) and trial.learners > 1:
-                taus = sorted(trial.staleness)
-                total = sum(trial.staleness.values())
-                ax.step(taus, [trial.staleness[t] / total for t in taus], where="mid",
-                        label=f"λ={trial.learners}")
-        ax.set_xlabel("staleness τ (1 + updates missed)")
-        ax.set_ylabel("share of gradients")
+        ax = axes.pop(0)  # the async rules share one schedule: one histogram per λ
+        staleness_histogram(ax, [t for t in trials if t.method == _async_method(trials)
+                                 and t.learners > 1])
         ax.set_title("staleness of the asynchronous rules", loc="left")
-        ax.legend(fontsize="small")
-        ax.grid(True, alpha=0.3)
     if races:
         ax, race = axes.pop(0), races[0]
-        for rule, run in race.runs.items():
-            label = f"ssp({race.staleness})" if rule == "ssp" else rule
-            ax.plot([1e3 * t for t, *_ in run.curve], [loss for _, _, loss, _ in run.curve],
-                    label=label)
-        ax.set_yscale("log")
-        ax.set_xlabel("modelled ms")
-        ax.set_ylabel("test loss (worker 0's reads)")
+        race_curves(ax, race)
         ax.set_title(f"one worker slower ({race.compute} steps)", loc="left")
-        ax.legend(fontsize="small")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _async_method(trials: list[Trial]) -> str | None:
