@@ -37,7 +37,6 @@ replicas) with the largest difference between the two loss curves.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -45,6 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, allreduce, gather, world
+from minidist.examples.options import options_checked, run_ranks
 from minidist.examples.tensor_parallel import (
     add_model_args,
     check_model_args,
@@ -213,19 +213,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     c = world()
     in_process = isinstance(c, LocalCommunicator)
     args = parse_args(argv, 1 if in_process else c.size)
-    ranks = c.size
-    if in_process:
-        ranks = args.dp * args.pp * args.tp if args.ranks is None else args.ranks
-    try:
-        if not in_process and args.ranks not in (None, c.size):
-            raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
-                             "the ranks are mpirun's -n")
+    with options_checked("parallel_3d", c):
+        ranks = run_ranks(c, args.ranks, default=args.dp * args.pp * args.tp)
         check_args(args, ranks)
-    except ValueError as err:
-        sys.stderr.write(f"parallel_3d (rank {c.rank}): {err}\n")  # one write: whole lines
-        sys.stderr.flush()
-        c.barrier()  # every rank has said it before the first one's exit ends the job
-        raise SystemExit(2) from None
     if in_process:
         result = LocalCluster(ranks).run(run, args=(args,), timeout=None)[reporter_rank(args)]
     else:

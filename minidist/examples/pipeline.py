@@ -42,7 +42,6 @@ enough for the arithmetic to dominate.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -53,6 +52,7 @@ from minidist import backend
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, gather, world
 from minidist.data import DataLoader, load_digits, standardize
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
+from minidist.examples.options import options_checked, run_ranks
 from minidist.models.mlp import build_mlp
 from minidist.parallel.pipeline import (
     SCHEDULES,
@@ -168,17 +168,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
     c = world()
     in_process = isinstance(c, LocalCommunicator)
-    ranks = (args.ranks or 1) if in_process else c.size
-    try:
-        if not in_process and args.ranks not in (None, c.size):
-            raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
-                             "the ranks are mpirun's -n")
+    with options_checked("pipeline", c):
+        ranks = run_ranks(c, args.ranks, default=1)
         check_args(args, ranks, len(load_digits(test_fraction=0.2, seed=args.seed)[0]))
-    except ValueError as err:
-        sys.stderr.write(f"pipeline (rank {c.rank}): {err}\n")  # one write: lines stay whole
-        sys.stderr.flush()
-        c.barrier()  # every rank has said it before the first one's exit ends the job
-        raise SystemExit(2) from None
     if in_process:
         result = LocalCluster(ranks).run(train, args=(args,), timeout=None)[-1]
     else:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import deque
 
@@ -40,6 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, Straggler, allreduce, world
+from minidist.examples.options import options_checked, run_ranks
 from minidist.parallel.ps import ServerOptimizer, consistency
 from minidist.parallel.ps.training import train_mlp
 
@@ -206,17 +206,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     c = world()
     modelled = isinstance(c, LocalCommunicator)
-    ranks = (args.ranks or 4) if modelled else c.size
-    try:
-        if not modelled and args.ranks not in (None, c.size):
-            raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
-                             "the ranks are mpirun's -n")
+    with options_checked("ps_mlp", c):
+        ranks = run_ranks(c, args.ranks, default=4)
         ps_options(args, ranks)
-    except ValueError as err:
-        sys.stderr.write(f"ps_mlp (rank {c.rank}): {err}\n")  # one write: lines stay whole
-        sys.stderr.flush()
-        c.barrier()  # every rank has said it before the first one's exit ends the job
-        raise SystemExit(2) from None
     if modelled:
         slow = {args.straggler[0]: Straggler(slowdown=args.straggler[1])} if args.straggler else {}
         results = LocalCluster(ranks, stragglers=slow).run(run, args=(args,), timeout=None)

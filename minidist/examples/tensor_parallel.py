@@ -36,7 +36,6 @@ enough for the split to pay.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
@@ -45,6 +44,7 @@ from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, world
 from minidist.data.characters import CharacterText
+from minidist.examples.options import options_checked, run_ranks
 from minidist.models.transformer import Transformer, sequence_loss
 from minidist.optim import Adam
 
@@ -158,19 +158,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = parse_args(argv)
     c = world()
     in_process = isinstance(c, LocalCommunicator)
-    ranks = (1 if args.ranks is None else args.ranks) if in_process else c.size
-    try:
-        if not in_process and args.ranks not in (None, c.size):
-            raise ValueError(f"--ranks {args.ranks} under mpirun, which started {c.size}: "
-                             "the ranks are mpirun's -n")
-        if ranks < 1:
-            raise ValueError(f"--ranks must be >= 1, got {ranks}")
+    with options_checked("tensor_parallel", c):
+        ranks = run_ranks(c, args.ranks, default=1)
         check_model_args(args, ranks)
-    except ValueError as err:
-        sys.stderr.write(f"tensor_parallel (rank {c.rank}): {err}\n")  # one write: whole lines
-        sys.stderr.flush()
-        c.barrier()  # every rank has said it before the first one's exit ends the job
-        raise SystemExit(2) from None
     if in_process:
         result = LocalCluster(ranks).run(run, args=(args,), timeout=None)[0]
     else:

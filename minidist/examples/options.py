@@ -1,0 +1,43 @@
+"""What the examples share on their command lines: how many ranks a run has, and a bad
+option reported as one clear line on every rank.
+
+Under ``mpirun`` the ranks are mpirun's ``-n``; alone, an example runs its
+ranks in process, ``--ranks`` of them. A wrong option must not leave some
+ranks waiting for others that have quit: every rank checks the same
+options, says what is wrong on its own line of stderr, waits until all have
+said it, and exits with status 2 (argparse's status for a usage error).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from minidist.comm import Communicator, LocalCommunicator
+
+
+def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
+    """The run's ranks: ``c.size`` under mpirun (``--ranks``, if given, must agree), else
+    ``requested`` in-process ranks (``default`` when not given)."""
+    if not isinstance(c, LocalCommunicator):
+        if requested not in (None, c.size):
+            raise ValueError(f"--ranks {requested} under mpirun, which started {c.size}: "
+                             "the ranks are mpirun's -n")
+        return c.size
+    ranks = default if requested is None else requested
+    if ranks < 1:
+        raise ValueError(f"--ranks must be >= 1, got {ranks}")
+    return ranks
+
+
+@contextmanager
+def options_checked(example: str, c: Communicator) -> Iterator[None]:
+    """A ValueError raised inside: ``example (rank r): message`` on stderr, then exit 2."""
+    try:
+        yield
+    except ValueError as err:
+        sys.stderr.write(f"{example} (rank {c.rank}): {err}\n")  # one write: lines stay whole
+        sys.stderr.flush()
+        c.barrier()  # every rank has said it before the first one's exit ends the job
+        raise SystemExit(2) from None
