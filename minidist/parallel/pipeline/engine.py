@@ -182,9 +182,6 @@ class StageEngine:
         self.sends.append((self.comm.isend(array, dest, tag=tag), array))
 
     def _rows(self, micro: int) -> int:
-        if self.rank == 0:
-            return len(self.inputs[micro])
-        if self.rank == self.last and self.targets is not None:
-            return len(self.targets[micro])
+        """Rows of micro-batch ``micro``: the batch cut by ``chunk_bounds``, on every rank."""
         start, stop = chunk_bounds(self.batch_size, self.micro_batches)[micro]
         return stop - start
