@@ -4,7 +4,8 @@
   nobody will match, a deadlock, a peer that failed or finished).
 - :class:`RankFailure`: a failure injected into a rank on purpose.
 - :class:`RankError`: what the caller of a multi-rank run sees: the rank,
-  its exception type and message, and its traceback text.
+  its exception type and message, and its traceback text;
+  :class:`RankKilled`, when the rank's process was killed and raised nothing.
 """
 
 from __future__ import annotations
@@ -29,3 +30,12 @@ class RankError(RuntimeError):
         if traceback_text:
             text += f"\n--- traceback of rank {rank} ---\n{traceback_text.rstrip()}"
         super().__init__(text)
+
+
+class RankKilled(RankError):
+    """Rank ``rank``'s process was ended by a signal (``how``: "rank 1 (pid 4242 on host)
+    was killed by SIGKILL"): no exception, no traceback, only how it ended."""
+
+    def __init__(self, rank: int, how: str) -> None:
+        self.rank, self.summary, self.traceback_text = rank, how, ""
+        RuntimeError.__init__(self, how)

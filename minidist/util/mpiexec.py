@@ -49,17 +49,18 @@ def rank_environment(ranks: int, base: dict[str, str] | None = None) -> dict[str
 
 
 def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathLike | None = None,
-                    mpiexec_args: Sequence[str] = ()) -> list[str]:
-    """``mpiexec [-f hostfile] [mpiexec_args] -n ranks python -m mpi4py PROGRAM...``.
+                    mpiexec_args: Sequence[str] = (), wrapper: Sequence[str] = ()) -> list[str]:
+    """``mpiexec [-f hostfile] [mpiexec_args] -n ranks [wrapper] python -m mpi4py PROGRAM...``.
 
     ``program`` is what follows ``python -m mpi4py``: ``["-m", "module", *argv]`` or
     ``["script.py", *argv]``. ``mpiexec_args`` go verbatim before ``-n``
-    (``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``); ``hostfile`` is MPICH's ``-f``.
+    (``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``); ``hostfile`` is MPICH's ``-f``;
+    ``wrapper`` is a command each rank runs under (``comm.transport.mpirun``'s guard).
     """
     if ranks < 1:
         raise ValueError(f"mpiexec_command: need at least one rank, got {ranks}")
     return [str(mpiexec_path()), *(["-f", str(hostfile)] if hostfile else []), *mpiexec_args,
-            "-n", str(ranks), sys.executable, "-m", "mpi4py", *program]
+            "-n", str(ranks), *wrapper, sys.executable, "-m", "mpi4py", *program]
 
 
 def run_module_under_mpi(module: str, ranks: int, argv: Sequence[str] = ()) -> int:

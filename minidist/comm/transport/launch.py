@@ -20,14 +20,17 @@ How the "mpi" backend ships a function to other processes:
    runs, as :mod:`minidist.util.mpiexec` starts every MPI job: the
    ``mpiexec`` of this environment, ``-m mpi4py`` (an uncaught exception on
    one rank aborts the whole job instead of leaving the others blocked), one
-   thread per rank, and MPICH yielding its core when ranks outnumber cores.
+   thread per rank, and MPICH yielding its core when ranks outnumber cores;
+   each rank under :mod:`~minidist.comm.transport.mpirun`'s guard, so that a
+   rank killed by a signal ends the job at once and is named (:class:`RankKilled`).
 4. Each rank writes ``result-RANK.pkl``: its value, or its exception and
    traceback. Ranks' stdout and stderr are relayed line by line to this
    process's ``sys.stdout``/``sys.stderr`` (so they show in a notebook).
-5. Whatever happens (an end, a timeout, the caller interrupted), ``mpiexec``,
-   started in a session of its own, is stopped with everything it started
-   (:func:`minidist.util.processes.stop_process_tree`: SIGTERM, then
-   SIGKILL): nothing is left running.
+5. Whatever happens (an end, a rank's death, a timeout, the caller
+   interrupted), ``mpiexec``, started in a session of its own, is stopped
+   with everything it started (:func:`minidist.util.processes.stop_process_tree`:
+   SIGTERM, then SIGKILL): nothing is left running
+   (:func:`~minidist.comm.transport.mpirun.run_job`).
 
 Options of the "mpi" backend: ``hostfile=`` (a file of host names, passed
 as ``-f``, MPICH's spelling), ``mpiexec_args=[...]`` (given to mpiexec
@@ -42,11 +45,9 @@ filesystem they all see. Options of the "local" backend are those of
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -54,10 +55,10 @@ from typing import Any
 
 import cloudpickle
 
-from minidist.comm.errors import RankError
+from minidist.comm.errors import RankError, RankKilled
 from minidist.comm.transport.cluster import run_local
-from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import KILL_GRACE, stop_process_tree
+from minidist.comm.transport.mpirun import JobEnd, guarded_command, run_job
+from minidist.util.mpiexec import rank_environment
 
 PAYLOAD = "payload.pkl"  # the files of a job's temporary directory
 SYS_PATH = "sys_path.txt"
@@ -84,7 +85,7 @@ def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
             ) -> list[Any]:
     """The "mpi" backend of :func:`launch` (steps in the module docstring)."""
     # 3. the job's command, first: a missing mpiexec is named before anything is written
-    command = mpiexec_command(world_size, ["-m", "minidist.comm.transport.launch_worker"],
+    command = guarded_command(world_size, ["-m", "minidist.comm.transport.launch_worker"],
                               hostfile, mpiexec_args)
     with tempfile.TemporaryDirectory(prefix="minidist-launch-", dir=workdir) as tmp:
         folder = Path(tmp)
@@ -92,44 +93,19 @@ def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
         (folder / PAYLOAD).write_bytes(_pickle_by_value(fn, args))
         (folder / SYS_PATH).write_text("\n".join(p for p in sys.path if p))
         # 3. the job, started with the ranks' environment
-        stderr_tail = _run_job([*command, str(folder)], rank_environment(world_size), timeout)
+        end = run_job([*command, str(folder)], rank_environment(world_size), timeout)
+        if end.timed_out:
+            raise TimeoutError(f"launch: the MPI job did not finish within {timeout} s; "
+                               "it was stopped (SIGTERM, then SIGKILL)")
         # 4. the results
-        return _collect(folder, world_size, stderr_tail)
+        return _collect(folder, world_size, end)
 
 
-def _run_job(command: list[str], env: dict[str, str], timeout: float | None) -> list[str]:
-    """Run mpiexec, relaying its output; returns the last lines of stderr."""
-    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           start_new_session=True)
-    tail: list[str] = []
-    relays = [threading.Thread(target=_relay, args=(job.stdout, sys.stdout, None), daemon=True),
-              threading.Thread(target=_relay, args=(job.stderr, sys.stderr, tail), daemon=True)]
-    for relay in relays:
-        relay.start()
-    try:
-        job.wait(timeout)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"launch: the MPI job did not finish within {timeout} s; "
-                           "it was stopped (SIGTERM, then SIGKILL)") from None
-    finally:
-        stop_process_tree(job)  # 5. no process outlives launch, whatever happened
-        for relay in relays:
-            relay.join(KILL_GRACE)
-    return tail
-
-
-def _relay(pipe: Any, stream: Any, tail: list[str] | None) -> None:
-    for raw in iter(pipe.readline, b""):
-        line = raw.decode(errors="replace")
-        stream.write(line)
-        stream.flush()
-        if tail is not None:
-            tail[:] = [*tail[-19:], line]
-    pipe.close()
-
-
-def _collect(folder: Path, world_size: int, stderr_tail: list[str]) -> list[Any]:
-    """Each rank's value, or the first rank error re-raised with its rank and traceback."""
+def _collect(folder: Path, world_size: int, end: JobEnd) -> list[Any]:
+    """Each rank's value; else the rank killed first, or the first rank error re-raised
+    with its rank and traceback."""
+    if end.deaths:  # a rank killed leaves no result, and the others were stopped
+        raise RankKilled(end.deaths[0].rank, str(end.deaths[0]))
     records = {}
     for rank in range(world_size):
         path = result_path(folder, rank)
@@ -142,7 +118,7 @@ def _collect(folder: Path, world_size: int, stderr_tail: list[str]) -> list[Any]
     if len(records) < world_size:
         missing = sorted(set(range(world_size)) - set(records))
         raise RuntimeError(f"launch: ranks {missing} ended without a result; mpiexec said:\n"
-                           + "".join(stderr_tail))
+                           + "".join(end.stderr_tail))
     return [records[rank]["value"] for rank in range(world_size)]
 
 

@@ -1,0 +1,245 @@
+"""An MPI job that ends cleanly when a rank dies, and says which rank it was.
+
+    python -m minidist.comm.transport.mpirun -n 4 -m minidist.examples.mlp_ddp --epochs 5
+    python -m minidist.comm.transport.mpirun -n 4 [-f HOSTFILE] script.py ARGS...
+
+runs what ``mpiexec -n 4 python -m mpi4py ...`` runs (the command of
+:mod:`minidist.util.mpiexec`), and ``launch(..., backend="mpi")`` runs its jobs
+the same way. When a rank's process is killed (SIGKILL from a user or the
+out-of-memory killer, a segmentation fault), the whole job ends, within a
+stated time, with one line naming the rank, and leaves no process:
+
+1. **The rank is named by its guard.** Each rank runs under :data:`RANK_GUARD`,
+   a few lines of POSIX sh that start the rank and wait for it. If the rank
+   ends by a signal, the guard writes ``minidist: rank 1 (pid 4242 on host)
+   was killed by signal 9 (SIGKILL)`` on stderr and exits with the rank's
+   status. Nothing else can say it: the rank itself is gone, and MPICH's
+   ``BAD TERMINATION ... PID`` banner names whichever process its clean-up
+   saw end first, often a rank it killed itself, and never a rank number.
+   The rank is ``PMI_RANK`` (MPICH) or ``OMPI_COMM_WORLD_RANK`` (Open MPI).
+2. **mpiexec ends the job.** When a process of the job ends abnormally,
+   MPICH's hydra kills every other rank's process group (a guard and its
+   rank are one group, so they end together, and only the dead rank's guard
+   speaks). If it has not ended :data:`DEATH_GRACE` seconds after the
+   guard's line, the job is stopped here.
+3. **Nothing is left.** Whatever happened (the end, a death, a timeout, an
+   interrupt), mpiexec, started in a session of its own, is stopped with
+   every process it started (:func:`~minidist.util.processes.stop_process_tree`:
+   SIGTERM, then SIGKILL after ``KILL_GRACE`` seconds). One more step, because
+   a guard and its rank die together: the rank outlives its parent by an
+   instant and, an orphan, waits (a zombie) until init reaps it, which can
+   take a second. On Linux this process therefore adopts the job's orphans
+   while it runs (a *child subreaper*, ``prctl(PR_SET_CHILD_SUBREAPER)``) and
+   reaps them itself (:func:`_adopting_orphans`).
+
+So a job ends at most ``DEATH_GRACE + KILL_GRACE`` seconds after a rank
+dies; hydra usually ends it within a few hundredths of a second (README,
+"When a rank dies"). The command exits with 128 + the signal's number (137
+for SIGKILL) after a rank's death, else with mpiexec's status.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from minidist.util.mpiexec import mpiexec_command, rank_environment
+from minidist.util.processes import KILL_GRACE, stop_process_tree
+
+DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
+
+# $1..: the rank's command, run in the background so that $! is its pid. Told to stop
+# (SIGTERM from a stop, SIGINT, SIGHUP), the guard passes it on, waits for the rank (an orphan
+# would linger until init reaps it) and says nothing: only a death it did not ask for is news.
+RANK_GUARD = r"""
+trap 'stopping=1; kill -s TERM $pid 2>/dev/null' TERM INT HUP
+"$@" 0<&0 &
+pid=$!
+wait $pid 2>/dev/null
+status=$?
+while kill -0 $pid 2>/dev/null; do wait $pid 2>/dev/null; status=$?; done
+if [ $status -gt 128 ] && [ -z "$stopping" ]; then
+  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $(uname -n))" \
+       "was killed by signal $((status - 128)) (SIG$(kill -l $status))" >&2
+fi
+exit $status
+""".strip()
+GUARD_COMMAND = ("sh", "-c", RANK_GUARD, "sh")  # "sh": the guard's $0; the rank's words follow
+
+DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal "
+                        r"(\d+) \((SIG\w+)\)")
+
+
+@dataclass
+class Death:
+    """A rank that ended by a signal, as its guard reported it."""
+
+    rank: int
+    pid: int
+    host: str
+    signal: int
+    name: str  # "SIGKILL"
+    seen: float = field(default_factory=time.monotonic)
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} (pid {self.pid} on {self.host}) was killed by {self.name}"
+
+
+@dataclass
+class JobEnd:
+    """How a job ended: mpiexec's status (None if it was stopped), the deaths its guards
+    reported (the first is the cause), whether ``timeout`` ran out, when it ended."""
+
+    returncode: int | None
+    deaths: list[Death]
+    timed_out: bool
+    ended: float
+    stderr_tail: list[str]
+
+
+def guarded_command(ranks: int, program: Sequence[str], hostfile: str | os.PathLike | None = None,
+                    mpiexec_args: Sequence[str] = ()) -> list[str]:
+    """``mpiexec ... -n ranks sh -c RANK_GUARD sh python -m mpi4py PROGRAM...``."""
+    return mpiexec_command(ranks, program, hostfile, mpiexec_args, wrapper=GUARD_COMMAND)
+
+
+def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None = None,
+            grace: float = DEATH_GRACE) -> JobEnd:
+    """Run an MPI job, relaying its output here, until it ends, a rank has been dead for
+    ``grace`` seconds, or ``timeout`` seconds have passed; then stop all of it."""
+    with _adopting_orphans() as adopted:
+        job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+        adopted.add(job.pid)  # not an orphan: the Popen reaps it
+        return _follow(job, timeout, grace)
+
+
+def _follow(job: subprocess.Popen, timeout: float | None, grace: float) -> JobEnd:
+    deaths: list[Death] = []
+    tail: list[str] = []
+    news = threading.Event()  # the job ended, or a guard reported a death
+    helpers = [threading.Thread(target=_relay, args=(job.stdout, sys.stdout, None, None, news)),
+               threading.Thread(target=_relay, args=(job.stderr, sys.stderr, tail, deaths, news)),
+               threading.Thread(target=lambda: (job.wait(), news.set()))]
+    for helper in helpers:
+        helper.daemon = True
+        helper.start()
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    timed_out = False
+    try:
+        while True:
+            news.clear()
+            if job.poll() is not None:
+                break
+            limit = min(deadline, deaths[0].seen + grace) if deaths else deadline
+            if time.monotonic() >= limit:
+                timed_out = not deaths
+                break
+            news.wait(None if limit == math.inf else limit - time.monotonic())
+    finally:
+        stop_process_tree(job)  # 3. nothing outlives the job, whatever happened
+        ended = time.monotonic()
+        for helper in helpers:
+            helper.join(KILL_GRACE)
+    return JobEnd(job.returncode if not timed_out else None, deaths, timed_out, ended, tail)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_subreaper_users, _subreaper_lock = 0, threading.Lock()
+
+
+def _set_subreaper(on: bool) -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on),
+                                                       0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux: init reaps orphans
+        return False
+
+
+@contextmanager
+def _adopting_orphans() -> Iterator[set[int]]:
+    """While inside, this process adopts the orphans of the processes it starts; on the
+    way out it reaps those that appeared inside (children it did not have before, in a
+    session other than its own, left out of the yielded set of pids it reaps otherwise)."""
+    global _subreaper_users
+    me = psutil.Process()
+    known = {child.pid for child in me.children()}
+    with _subreaper_lock:
+        _subreaper_users += 1
+        adopting = _set_subreaper(True)
+    try:
+        yield known
+    finally:
+        for child in me.children() if adopting else []:
+            with suppress(ProcessLookupError, ChildProcessError, PermissionError):
+                if child.pid not in known and os.getsid(child.pid) != os.getsid(0):
+                    os.kill(child.pid, signal.SIGKILL)  # stopped with the job already
+                    os.waitpid(child.pid, 0)
+        with _subreaper_lock:
+            _subreaper_users -= 1
+            if _subreaper_users == 0:
+                _set_subreaper(False)
+
+
+def _relay(pipe: Any, stream: Any, tail: list[str] | None, deaths: list[Death] | None,
+           news: threading.Event) -> None:
+    """Copy ``pipe`` to ``stream`` as it comes (progress bars included); keep the last
+    lines in ``tail``, and note each guard's death line in ``deaths``."""
+    decoder, line = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
+    for chunk in iter(lambda: pipe.read1(1 << 16), b""):
+        text = decoder.decode(chunk)
+        stream.write(text)
+        stream.flush()
+        *complete, line = (line + text).split("\n")
+        for finished in complete:
+            if tail is not None:
+                tail[:] = [*tail[-19:], finished + "\n"]
+            found = DEATH_LINE.search(finished) if deaths is not None else None
+            if found:
+                rank, pid, host, number, name = found.groups()
+                deaths.append(Death(int(rank), int(pid), host, int(number), name))
+                news.set()
+    pipe.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``-n RANKS [-f HOSTFILE] [--grace SECONDS] (-m MODULE | SCRIPT) ARGS...``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options: dict[str, str] = {}
+    while argv and argv[0] in ("-n", "-f", "--grace"):
+        if len(argv) < 2:
+            break
+        options[argv[0]] = argv[1]
+        argv = argv[2:]
+    if "-n" not in options or not argv or not options["-n"].isdigit():
+        print("usage: python -m minidist.comm.transport.mpirun -n RANKS [-f HOSTFILE] "
+              "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
+        return 2
+    ranks = int(options["-n"])
+    command = guarded_command(ranks, argv, options.get("-f"))
+    end = run_job(command, rank_environment(ranks), grace=float(options.get("--grace",
+                                                                            DEATH_GRACE)))
+    if end.deaths:
+        first = end.deaths[0]
+        print(f"mpirun: {first}; the job ended {end.ended - first.seen:.2f} s later",
+              file=sys.stderr)
+        return 128 + first.signal
+    return end.returncode or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
