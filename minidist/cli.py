@@ -3,6 +3,8 @@
     minidist course release|grade|...   the instructor's kit (see grading/README.md)
     minidist example NAME [ARGS...]      same as python -m minidist.examples.NAME
     minidist bench NAME [ARGS...]        same as python -m minidist.bench.NAME
+    minidist mpirun -n P PROGRAM...      mpiexec -n P python -m mpi4py PROGRAM..., a killed
+                                         rank ending the job at once, named (comm.transport.mpirun)
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         from minidist.course import main as course_main
 
         return course_main(rest) or 0
+    if command == "mpirun":
+        from minidist.comm.transport.mpirun import main as mpirun_main
+
+        return mpirun_main(rest)
     if command in ("example", "bench") and rest:
         package = "examples" if command == "example" else "bench"
         sys.argv = [f"minidist.{package}.{rest[0]}", *rest[1:]]

@@ -3,6 +3,7 @@
     mpirun -n 4 python -m mpi4py -m minidist.examples.mlp_ddp     # 4 processes
     python -m minidist.examples.mlp_ddp                           # 1 process, same code
     mpirun -n 4 python -m mpi4py -m minidist.examples.mlp_ddp --global-batch 256 --scale-lr
+    mpirun -n 4 python -m mpi4py -m minidist.examples.mlp_ddp --checkpoint-dir ckpt
 
 The same model, data and hyper-parameters as ``minidist.examples.mlp``; what
 changes is who computes what. Each step the *global* batch (32 samples by
@@ -24,23 +25,34 @@ the large batch (slow progress per epoch), too large a rate — or no warm-up
 while the weights still move fast — diverges. Past some batch size no
 learning rate recovers the small-batch accuracy in the same number of epochs.
 
+**Checkpoints** (``--checkpoint-dir D``): every ``--checkpoint-every K``
+steps, and at the end, rank 0 saves the model, the optimiser and the step
+(``minidist.parallel.checkpoint``), with each rank's loss sums of the epoch
+so far. Started with the same command, a run resumes from the newest
+checkpoint in D: the epoch and batch it stopped at, the same optimiser state
+and learning rate, so it ends with the parameters (and losses) of a run
+never interrupted. Killed ranks end the job (``minidist.comm.transport.mpirun``
+names them); the command again resumes it.
+
 Only rank 0 prints and shows the progress bar; every rank trains.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from minidist.comm import Communicator, allreduce, world
+from minidist.comm import Communicator, allgather, allreduce, world
 from minidist.data import DataLoader, DistributedSampler, load_digits, standardize
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim.schedules import LRScheduler, linear_scaling
+from minidist.parallel.checkpoint import load_checkpoint, save_checkpoint
 from minidist.parallel.ddp import DataParallel
 
 BASE_BATCH = 32  # the batch size the single-process learning rates were tuned for
@@ -49,8 +61,10 @@ BASE_BATCH = 32  # the batch size the single-process learning rates were tuned f
 def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int = BASE_BATCH,
           lr: float = 3e-3, scale_lr: bool = False, warmup_epochs: float = 2.0,
           hidden: int = 256, optimizer: str = "adam", seed: int = 0, bucket_mb: float = 25,
-          algorithm: str = "ring", progress: bool = True) -> dict[str, Any]:
-    """Data-parallel training on the ranks of ``comm`` (default: ``comm.world()``).
+          algorithm: str = "ring", progress: bool = True, checkpoint_dir: str | None = None,
+          checkpoint_every: int = 100) -> dict[str, Any]:
+    """Data-parallel training on the ranks of ``comm`` (default: ``comm.world()``);
+    resumed from ``checkpoint_dir``'s newest checkpoint when it has one.
 
     Returns, on every rank, ``dict(model, losses, accuracy, seconds, lr, overlap)``:
     ``losses`` the mean training loss of each epoch over all ranks, ``accuracy``
@@ -60,6 +74,8 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
     c = comm if comm is not None else world()
     if global_batch % c.size:
         raise ValueError(f"global batch {global_batch} must be a multiple of the {c.size} ranks")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1 step, got {checkpoint_every}")
     train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=seed))
     model = DataParallel(build_mlp((train_set.x.shape[1], hidden, train_set.num_classes),
                                    seed=seed), c, bucket_mb=bucket_mb, algorithm=algorithm)
@@ -73,12 +89,31 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
                                   warmup_steps=round(warmup_epochs * len(loader)))
         scheduler = LRScheduler(opt, schedule)
 
-    losses, overlap = [], []
+    step, losses, overlap = 0, [], []
+    total = np.zeros(2)  # this rank's summed loss and sample count in the epoch
+    saved = load_checkpoint(checkpoint_dir, model, opt, c) if checkpoint_dir else None
+    if saved is not None:
+        step, losses = saved.step, saved.extra["losses"]
+        total = np.array(saved.extra["totals"][c.rank])
+    for _ in range(step if scheduler is not None else 0):
+        scheduler.step()  # the learning rate the schedule had reached
+    first_epoch, skip = divmod(step, len(loader))
+    if saved is not None and progress and c.rank == 0:
+        print(f"resumed from {saved.path}: step {step}, epoch {first_epoch}, batch {skip}",
+              flush=True)
+
+    def checkpoint() -> None:
+        # communication: every rank's loss sums so far, saved by rank 0 with the model
+        totals = allgather(total, c).tolist()
+        save_checkpoint(checkpoint_dir, step, model, opt, c,
+                        extra={"losses": losses, "totals": totals})
+
     start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=f"epochs ({c.size} ranks)", disable=not progress or c.rank)
-    for _ in bar:
-        total = np.zeros(2)  # this rank's summed loss and sample count
-        for x, y in loader:
+    bar = tqdm(range(first_epoch, epochs), desc=f"epochs ({c.size} ranks)",
+               disable=not progress or c.rank)
+    for epoch in bar:
+        loader.set_epoch(epoch)
+        for x, y in itertools.islice(loader, skip if epoch == first_epoch else 0, None):
             opt.zero_grad()
             loss = classification_loss(model, x, y)
             loss.backward()  # gradients averaged over the ranks when it returns
@@ -87,14 +122,21 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
                 scheduler.step()
             total += (loss.item() * len(y), len(y))
             overlap.append(model.last_step_stats["overlap_fraction"])
+            step += 1
+            if checkpoint_dir and step % checkpoint_every == 0 and step % len(loader):
+                checkpoint()  # within the epoch
         # communication: the epoch's loss over all ranks (one small allreduce per epoch)
         loss_sum, count = allreduce(total, c)
         losses.append(loss_sum / count)
+        total = np.zeros(2)
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if checkpoint_dir and (step % checkpoint_every == 0 or epoch == epochs - 1):
+            checkpoint()  # at the epoch's end; at the run's, so that a rerun has nothing to do
     seconds = time.perf_counter() - start
     return dict(model=model.module, losses=losses, seconds=seconds,
                 accuracy=accuracy(model.module, test_set.x, test_set.y),
-                lr=opt.param_groups[0]["lr"], overlap=float(np.mean(overlap)))
+                lr=opt.param_groups[0]["lr"],
+                overlap=float(np.mean(overlap)) if overlap else 0.0)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -112,13 +154,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--bucket-mb", type=float, default=25)
     parser.add_argument("--algorithm", default="ring", help="allreduce algorithm")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="save checkpoints here, and resume from the newest one")
+    parser.add_argument("--checkpoint-every", type=int, default=100, metavar="K",
+                        help="steps between checkpoints (and one at the end)")
     args = parser.parse_args(argv)
     lr = args.lr if args.lr is not None else (3e-3 if args.optimizer == "adam" else 0.05)
     c = world()
     result = train(c, epochs=args.epochs, global_batch=args.global_batch, lr=lr,
                    scale_lr=args.scale_lr, warmup_epochs=args.warmup_epochs, hidden=args.hidden,
                    optimizer=args.optimizer, seed=args.seed, bucket_mb=args.bucket_mb,
-                   algorithm=args.algorithm)
+                   algorithm=args.algorithm, checkpoint_dir=args.checkpoint_dir,
+                   checkpoint_every=args.checkpoint_every)
     if c.rank == 0:
         print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs on {c.size} "
               f"ranks, global batch {args.global_batch}, final lr {result['lr']:.3g} "

@@ -1,7 +1,7 @@
 """An MPI job that ends cleanly when a rank dies, and says which rank it was.
 
-    python -m minidist.comm.transport.mpirun -n 4 -m minidist.examples.mlp_ddp --epochs 5
-    python -m minidist.comm.transport.mpirun -n 4 [-f HOSTFILE] script.py ARGS...
+    minidist mpirun -n 4 -m minidist.examples.mlp_ddp --epochs 5     # or python -m minidist.cli
+    minidist mpirun -n 4 [-f HOSTFILE] [--grace SECONDS] script.py ARGS...
 
 runs what ``mpiexec -n 4 python -m mpi4py ...`` runs (the command of
 :mod:`minidist.util.mpiexec`), and ``launch(..., backend="mpi")`` runs its jobs
@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options[argv[0]] = argv[1]
         argv = argv[2:]
     if "-n" not in options or not argv or not options["-n"].isdigit():
-        print("usage: python -m minidist.comm.transport.mpirun -n RANKS [-f HOSTFILE] "
+        print("usage: minidist mpirun -n RANKS [-f HOSTFILE] "
               "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
         return 2
     ranks = int(options["-n"])
@@ -240,6 +240,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + first.signal
     return end.returncode or 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

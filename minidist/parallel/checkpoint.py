@@ -1,0 +1,161 @@
+"""Checkpoints of data-parallel training: a run killed and started again with the same
+command ends with the parameters of a run never interrupted, to the bit.
+
+    saved = load_checkpoint(folder, model, opt, c)   # the newest checkpoint, or None
+    step = saved.step if saved else 0
+    epoch, skip = divmod(step, len(loader))          # where in the data to go on
+    ...                                              # after each optimiser step:
+    step += 1
+    if step % every == 0:
+        save_checkpoint(folder, step, model, opt, c, extra={"losses": losses})
+
+A checkpoint holds what the rest of the run depends on:
+
+1. the model's parameters (``Module.state_dict``);
+2. the optimiser's state: moments, step counts, hyper-parameters, the
+   learning rate a schedule set (``Optimizer.state_dict``);
+3. the position in the data: ``step``, the optimiser steps taken. A
+   sampler's order depends only on its seed and the epoch
+   (``minidist.data.distributed``), so ``divmod(step, len(loader))`` is the
+   epoch to run and the number of its batches to skip;
+4. the state of a random generator the run draws from (``rng=``), if any;
+5. ``extra``: whatever else the loop wants back (the losses so far), as JSON.
+
+**Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
+identical, so rank 0's copy is the checkpoint. On resume rank 0 chooses the
+newest checkpoint and tells the others its step (one broadcast): every rank
+loads the same file.
+
+**Atomically.** The file is written under a temporary name in the same
+folder, flushed to the disk (``fsync``), renamed to ``step-00000120.npz`` (a
+rename within one file system is atomic) and the folder flushed too: a crash
+at any instant leaves each checkpoint whole or absent, so the newest file
+present is complete. The ``keep`` newest are kept.
+
+The format: one ``.npz`` per checkpoint, each array under its path
+(``model/0.weight``, ``optim/state/3/exp_avg``), everything else (the step,
+hyper-parameters, ``extra``) as JSON in ``meta``; no pickle, so loading a
+checkpoint runs no code. (The parameter server saves its shards in
+``minidist.parallel.ps.checkpoint``, the same way.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from minidist.comm import Communicator, broadcast
+from minidist.nn.module import Module
+
+NAME = re.compile(r"step-(\d+)\.npz")
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` restored: the step it was taken at, ``extra``, the file."""
+
+    step: int
+    extra: dict[str, Any]
+    path: Path
+
+
+def checkpoint_path(folder: str | os.PathLike, step: int) -> Path:
+    return Path(folder) / f"step-{step:08d}.npz"
+
+
+def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint in ``folder`` (temporary files are not checkpoints)."""
+    found = [(int(m[1]), p) for p in Path(folder).glob("step-*.npz")
+             if (m := NAME.fullmatch(p.name))]
+    return max(found)[1] if found else None
+
+
+def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimizer: Any,
+                    comm: Communicator, *, rng: np.random.Generator | None = None,
+                    extra: dict[str, Any] | None = None, keep: int = 2) -> Path | None:
+    """Rank 0 writes the checkpoint of ``step`` atomically and keeps the ``keep`` newest;
+    returns its path there, None on the other ranks (which do nothing)."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    if comm.rank != 0:
+        return None
+    arrays: dict[str, np.ndarray] = {}
+    meta = {"step": int(step), "extra": extra or {},
+            "model": _split(model.state_dict(), "model", arrays),
+            "optim": _split(optimizer.state_dict(), "optim", arrays),
+            "rng": rng.bit_generator.state if rng is not None else None}
+    arrays["meta"] = np.array(json.dumps(meta))
+    target = checkpoint_path(folder, step)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # 1. written under a temporary name (not step-*.npz: never taken for a checkpoint)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as file:
+        np.savez(file, **arrays)
+        file.flush()
+        os.fsync(file.fileno())                      # 2. on the disk
+    os.replace(temporary, target)                    # 3. whole, under its name
+    _fsync_folder(target.parent)                     # 4. the rename on the disk too
+    older = sorted(Path(folder).glob("step-*.npz"))[:-keep]  # zero-padded: sorted by step
+    for path in [*older, *Path(folder).glob(".step-*.tmp")]:  # and what a crash left half done
+        path.unlink(missing_ok=True)
+    return target
+
+
+def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
+                    comm: Communicator, *, rng: np.random.Generator | None = None
+                    ) -> Checkpoint | None:
+    """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
+    ``rng``) on every rank; None, changing nothing, when there is none."""
+    newest = latest_checkpoint(folder) if comm.rank == 0 and Path(folder).is_dir() else None
+    mine = np.array([int(NAME.fullmatch(newest.name)[1]) if newest else -1], np.int64)
+    # communication: rank 0 names the checkpoint every rank loads (-1: none)
+    step = int(broadcast(mine, comm)[0])
+    if step < 0:
+        return None
+    path = checkpoint_path(folder, step)
+    with np.load(path) as saved:
+        meta = json.loads(saved["meta"].item())
+        model.load_state_dict(_join(meta["model"], saved))
+        optimizer.load_state_dict(_join(meta["optim"], saved))
+    if meta["rng"] is not None:
+        if rng is None:
+            raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
+        rng.bit_generator.state = meta["rng"]
+    return Checkpoint(meta["step"], meta["extra"], path)
+
+
+def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    """``tree`` as JSON, each array (numpy scalars too) moved to ``arrays[path]``."""
+    if isinstance(tree, dict):
+        return {str(key): _split(value, f"{path}/{key}", arrays) for key, value in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [_split(value, f"{path}/{i}", arrays) for i, value in enumerate(tree)]
+    if hasattr(tree, "shape"):
+        arrays[path] = np.asarray(tree)
+        return {"__array__": path}
+    return tree
+
+
+def _join(tree: Any, arrays: Any) -> Any:
+    """The inverse of :func:`_split` (keys come back as strings; ``state_dict``s accept them)."""
+    if isinstance(tree, dict):
+        if set(tree) == {"__array__"}:
+            return arrays[tree["__array__"]]
+        return {key: _join(value, arrays) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [_join(value, arrays) for value in tree]
+    return tree
+
+
+def _fsync_folder(folder: Path) -> None:
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)

@@ -1,0 +1,128 @@
+"""Checkpoints of data-parallel training (minidist.parallel.checkpoint), in process: what
+a checkpoint restores, atomic writes, and a run resumed from the middle of an epoch that
+ends equal to a run never stopped. Killed MPI jobs resumed: test_failures_mpi.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist import comm
+from minidist.examples import mlp_ddp
+from minidist.parallel import checkpoint as ckpt
+from minidist.parallel.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+ONE = comm.world()  # outside mpiexec: a job of one rank
+
+
+def trained(seed: int, steps: int):
+    """An MLP and its Adam after ``steps`` steps on random data."""
+    model = md.nn.MLP([5, 8, 3], dtype=np.float64, rng=seed)
+    opt = md.optim.Adam(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        opt.zero_grad()
+        x, y = md.Tensor(rng.standard_normal((4, 5))), rng.integers(0, 3, 4)
+        md.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model, opt
+
+
+def one_step(model, opt) -> list[np.ndarray]:
+    x = md.Tensor(np.linspace(-1, 1, 20).reshape(4, 5))
+    opt.zero_grad()
+    md.nn.functional.cross_entropy(model(x), np.array([0, 1, 2, 0])).backward()
+    opt.step()
+    return [p.numpy().copy() for p in model.parameters()]
+
+
+def test_a_checkpoint_restores_the_model_the_optimiser_the_generator_and_extra(tmp_path):
+    model, opt = trained(seed=0, steps=3)
+    rng = np.random.default_rng(7)
+    rng.random(5)
+    path = save_checkpoint(tmp_path, 3, model, opt, ONE, rng=rng, extra={"losses": [0.5, 0.25]})
+    assert path == tmp_path / "step-00000003.npz" and latest_checkpoint(tmp_path) == path
+    other, other_opt = trained(seed=1, steps=1)  # other weights, other moments, other count
+    other_rng = np.random.default_rng(0)
+    saved = load_checkpoint(tmp_path, other, other_opt, ONE, rng=other_rng)
+    assert (saved.step, saved.extra, saved.path) == (3, {"losses": [0.5, 0.25]}, path)
+    for mine, theirs in zip(model.parameters(), other.parameters(), strict=True):
+        np.testing.assert_array_equal(theirs.numpy(), mine.numpy())
+    assert other_rng.random() == rng.random()
+    # the next step (Adam's moments and step count) is the same step
+    for mine, theirs in zip(one_step(model, opt), one_step(other, other_opt), strict=True):
+        np.testing.assert_array_equal(theirs, mine)
+
+
+def test_no_checkpoint_changes_nothing(tmp_path):
+    model, opt = trained(seed=0, steps=1)
+    before = [p.numpy().copy() for p in model.parameters()]
+    assert load_checkpoint(tmp_path / "absent", model, opt, ONE) is None
+    assert load_checkpoint(tmp_path, model, opt, ONE) is None
+    for param, value in zip(model.parameters(), before, strict=True):
+        np.testing.assert_array_equal(param.numpy(), value)
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint_newest(tmp_path, monkeypatch):
+    model, opt = trained(seed=0, steps=1)
+    first = save_checkpoint(tmp_path, 10, model, opt, ONE)
+
+    def crash(file, **arrays):
+        file.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt.np, "savez", crash)
+        with pytest.raises(OSError, match="disk full"):
+            save_checkpoint(tmp_path, 20, model, opt, ONE)
+    assert latest_checkpoint(tmp_path) == first  # the half-written file is no checkpoint
+    assert load_checkpoint(tmp_path, model, opt, ONE).step == 10
+    for step in (30, 40, 50):
+        save_checkpoint(tmp_path, step, model, opt, ONE, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000040.npz",
+                                                          "step-00000050.npz"]
+
+
+def test_rank_0_writes_and_every_rank_reads(tmp_path):
+    def run(c, folder):
+        model, opt = trained(seed=c.rank, steps=2)  # rank 0's replica is the one saved
+        written = save_checkpoint(folder, 2, model, opt, c)
+        c.barrier()
+        load_checkpoint(folder, model, opt, c)
+        return written, [p.numpy() for p in model.parameters()]
+
+    results = comm.launch(run, 3, args=(str(tmp_path),), backend="local")
+    assert results[0][0] is not None and [r[0] for r in results[1:]] == [None, None]
+    for _, params in results[1:]:
+        for theirs, mine in zip(params, results[0][1], strict=True):
+            np.testing.assert_array_equal(theirs, mine)
+
+
+def test_bad_input_is_named(tmp_path):
+    model, opt = trained(seed=0, steps=1)
+    with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
+        save_checkpoint(tmp_path, 1, model, opt, ONE, keep=0)
+    save_checkpoint(tmp_path, 1, model, opt, ONE, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="random generator's state: pass rng="):
+        load_checkpoint(tmp_path, model, opt, ONE)
+    with pytest.raises(ValueError, match="checkpoint_every must be >= 1 step, got 0"):
+        mlp_ddp.train(ONE, checkpoint_dir=str(tmp_path), checkpoint_every=0)
+
+
+@pytest.mark.timeout(120)
+def test_mlp_ddp_resumed_in_the_middle_of_an_epoch_ends_as_if_never_stopped(tmp_path, capsys):
+    # 23 steps an epoch, 46 in all, the learning rate warming up all along; checkpoints
+    # at steps 20, 40 (within epochs) and 46 (the end), the last two kept
+    options = dict(epochs=2, hidden=16, scale_lr=True, global_batch=64, progress=False,
+                   checkpoint_every=20)
+    whole = mlp_ddp.train(ONE, checkpoint_dir=str(tmp_path / "whole"), **options)
+    stopped = tmp_path / "stopped"
+    mlp_ddp.train(ONE, checkpoint_dir=str(stopped), **options)
+    latest_checkpoint(stopped).unlink()  # as if killed between steps 40 and 46
+    resumed = mlp_ddp.train(ONE, checkpoint_dir=str(stopped), **{**options, "progress": True})
+    assert "step 40, epoch 1, batch 17" in capsys.readouterr().out
+    assert resumed["losses"] == whole["losses"] and resumed["lr"] == whole["lr"]
+    for mine, theirs in zip(whole["model"].parameters(), resumed["model"].parameters(),
+                            strict=True):
+        np.testing.assert_array_equal(theirs.numpy(), mine.numpy())
