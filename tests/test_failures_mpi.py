@@ -24,7 +24,8 @@ import psutil
 import pytest
 
 from minidist import comm
-from minidist.comm.transport.mpirun import DEATH_GRACE
+from minidist.comm.transport.mpirun import DEATH_GRACE, run_job
+from minidist.comm.transport.mpirun import main as mpirun_main
 from minidist.parallel.checkpoint import latest_checkpoint
 from minidist.util.mpiexec import rank_environment
 from minidist.util.processes import KILL_GRACE, stop_process_tree
@@ -231,3 +232,25 @@ def test_launch_names_a_rank_killed_in_an_allreduce(tmp_path):
     assert re.fullmatch(rf"rank 1 \(pid {pid} on \S+\) was killed by SIGKILL", str(error))
     assert seconds < BOUND
     assert watcher.survivors() == []
+
+
+@pytest.mark.timeout(30)
+def test_a_job_that_outlives_a_death_is_stopped_after_the_grace(capsys):
+    # a stand-in for an mpiexec that reports a death and then does not end
+    line = "minidist: rank 3 (pid 4242 on host) was killed by signal 9 (SIGKILL)"
+    command = ["sh", "-c", f"echo '{line}' >&2; exec sleep 60"]
+    started = time.monotonic()
+    end = run_job(command, dict(os.environ), timeout=20, grace=0.5)
+    assert [(d.rank, d.pid, d.host, d.signal, d.name) for d in end.deaths] == \
+        [(3, 4242, "host", 9, "SIGKILL")]
+    assert str(end.deaths[0]) == "rank 3 (pid 4242 on host) was killed by SIGKILL"
+    assert not end.timed_out and end.returncode == -signal.SIGTERM
+    assert 0.5 <= end.ended - end.deaths[0].seen < 0.5 + KILL_GRACE
+    assert time.monotonic() - started < 0.5 + KILL_GRACE + 5
+    assert line in capsys.readouterr().err  # relayed as it came
+
+
+def test_mpirun_usage_errors_exit_2(capsys):
+    for argv in ([], ["-n", "two", "x.py"], ["-n", "2"], ["-n", "2", "--grace", "soon", "x.py"]):
+        assert mpirun_main(argv) == 2
+        assert "usage: minidist mpirun -n RANKS" in capsys.readouterr().err

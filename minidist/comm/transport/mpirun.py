@@ -121,10 +121,10 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
             grace: float = DEATH_GRACE) -> JobEnd:
     """Run an MPI job, relaying its output here, until it ends, a rank has been dead for
     ``grace`` seconds, or ``timeout`` seconds have passed; then stop all of it."""
-    with _adopting_orphans() as adopted:
+    with _adopting_orphans() as known:
         job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True)
-        adopted.add(job.pid)  # not an orphan: the Popen reaps it
+        known.add(job.pid)  # not an orphan: the Popen reaps it
         return _follow(job, timeout, grace)
 
 
@@ -172,9 +172,10 @@ def _set_subreaper(on: bool) -> bool:
 
 @contextmanager
 def _adopting_orphans() -> Iterator[set[int]]:
-    """While inside, this process adopts the orphans of the processes it starts; on the
-    way out it reaps those that appeared inside (children it did not have before, in a
-    session other than its own, left out of the yielded set of pids it reaps otherwise)."""
+    """Inside, orphans of the processes this one starts become its children (Linux's
+    child subreaper); on the way out it reaps them: the children it did not have before,
+    nor adds to the yielded set (a Popen reaps its own), in a session other than its own
+    (as are all of an MPI job's)."""
     global _subreaper_users
     me = psutil.Process()
     known = {child.pid for child in me.children()}
@@ -225,14 +226,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             break
         options[argv[0]] = argv[1]
         argv = argv[2:]
-    if "-n" not in options or not argv or not options["-n"].isdigit():
+    grace = options.get("--grace", str(DEATH_GRACE))
+    if ("-n" not in options or not argv or not options["-n"].isdigit()
+            or not grace.replace(".", "", 1).isdigit()):
         print("usage: minidist mpirun -n RANKS [-f HOSTFILE] "
               "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
         return 2
     ranks = int(options["-n"])
     command = guarded_command(ranks, argv, options.get("-f"))
-    end = run_job(command, rank_environment(ranks), grace=float(options.get("--grace",
-                                                                            DEATH_GRACE)))
+    try:
+        end = run_job(command, rank_environment(ranks), grace=float(grace))
+    except KeyboardInterrupt:  # the job is stopped already
+        return 130
     if end.deaths:
         first = end.deaths[0]
         print(f"mpirun: {first}; the job ended {end.ended - first.seen:.2f} s later",
