@@ -3,11 +3,15 @@
     with Browser() as page:            # None of this runs where no Chromium is installed
         page.open("file:///.../deck.html")
         page.evaluate("document.title"); png = page.screenshot(); page.errors
+        page.wait_for("document.querySelector('#done')", timeout=30, what="the page's answer")
+        page.click(".some-button")     # a real mouse click at the element's centre
 
-One Chromium process per ``Browser`` (its own profile in a temporary folder,
-stopped on exit); one page, whose console errors and uncaught exceptions are
-collected in ``errors``. Only the protocol's JSON over a websocket
-(websocket-client, which Jupyter's server already needs).
+One Chromium process per ``Browser`` (its own profile in a temporary folder;
+on exit, or when it fails to start, its whole process tree is stopped); one
+page, whose console errors and uncaught exceptions are collected in
+``errors``. Only the protocol's JSON over a websocket (websocket-client,
+which Jupyter's server already needs). Waits poll a state of the page,
+bounded in time; none sleeps a fixed time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+from minidist.util.processes import stop_process_tree
 
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -35,13 +41,23 @@ class Browser:
         self._id = 0
 
     def __enter__(self) -> Browser:
-        import websocket
-
         self.profile = tempfile.TemporaryDirectory()
+        self.ws = None
         self.process = subprocess.Popen(
             [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
              "--remote-debugging-port=0", f"--user-data-dir={self.profile.name}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            self._connect()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _connect(self) -> None:
+        import websocket
+
         port = self._port()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
             page = next(t for t in json.load(reply) if t["type"] == "page")
@@ -51,16 +67,12 @@ class Browser:
             self.call(method)
         self.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
                   deviceScaleFactor=1, mobile=False)
-        return self
 
     def __exit__(self, *exc) -> None:
-        self.ws.close()
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.ws is not None:
+            self.ws.close()
+        stop_process_tree(self.process)  # the browser, its renderers, GPU and zygote processes
+        self.process.stderr.close()
         self.profile.cleanup()
 
     def _port(self) -> int:
@@ -73,13 +85,17 @@ class Browser:
                 break
         raise RuntimeError("Chromium did not open its DevTools port")
 
-    def call(self, method: str, **params) -> dict:
-        """Send one command; collect events until its reply; return its result."""
+    def _send(self, method: str, params: dict) -> int:
         self._id += 1
         self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        return self._id
+
+    def call(self, method: str, **params) -> dict:
+        """Send one command; collect events until its reply; return its result."""
+        sent = self._send(method, params)
         while True:
             message = json.loads(self.ws.recv())
-            if message.get("id") == self._id:
+            if message.get("id") == sent:
                 if "error" in message:
                     raise RuntimeError(f"{method}: {message['error']}")
                 return message["result"]
@@ -94,6 +110,8 @@ class Browser:
             self.errors.append(params["exceptionDetails"].get("text", "exception"))
         elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
             self.errors.append(params["entry"]["text"])
+        elif method == "Page.javascriptDialogOpening":  # e.g. "leave the page?" when navigating
+            self._send("Page.handleJavaScriptDialog", {"accept": True})
         elif method == "Page.loadEventFired":
             self.loaded = True
 
@@ -106,11 +124,36 @@ class Browser:
         if not self.loaded:
             raise TimeoutError(f"{url} did not load in {self.timeout} s")
 
-    def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+    def evaluate(self, expression: str, await_promise: bool = False):
+        """The value of a JavaScript expression (of the promise it gives, if ``await_promise``)."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
+                           awaitPromise=await_promise)
         if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+            details = result["exceptionDetails"]
+            raise RuntimeError(f"{expression}: "
+                               f"{details.get('exception', {}).get('description', details)}")
         return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float, what: str):
+        """Poll ``expression`` until it is truthy and return its value; TimeoutError after
+        ``timeout`` seconds, naming ``what`` was awaited."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+            time.sleep(0.1)
+
+    def click(self, selector: str) -> None:
+        """Press and release the left mouse button at the centre of the element ``selector``."""
+        box = self.evaluate(f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+                            ".getBoundingClientRect(); return [r.x + r.width / 2, "
+                            "r.y + r.height / 2]; })()")
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left",
+                      clickCount=1)
 
     def screenshot(self) -> bytes:
         return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
