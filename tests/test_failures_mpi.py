@@ -138,9 +138,9 @@ def assert_ended_cleanly(job: Job, rank: int, pid: int, seconds: float, case: st
     print(f"\n{case}: rank {rank} killed, the job ended {seconds:.3f} s later")
     assert seconds < BOUND, f"the job ended {seconds:.1f} s after the kill:\n{text}"
     assert job.process.returncode == 128 + signal.SIGKILL, text
-    assert re.search(rf"minidist: rank {rank} \(pid {pid} on \S+\) was killed by signal 9 "
-                     r"\(SIGKILL\)", text), text
-    assert f"mpirun: rank {rank} (pid {pid} on" in text
+    assert re.search(rf"minidist: rank {rank} \(pid {pid} on \S+\) was killed by signal 9\n",
+                     text), text
+    assert re.search(rf"mpirun: rank {rank} \(pid {pid} on \S+\) was killed by SIGKILL;", text)
     assert job.watcher.survivors() == []
 
 
@@ -237,7 +237,7 @@ def test_launch_names_a_rank_killed_in_an_allreduce(tmp_path):
 @pytest.mark.timeout(30)
 def test_a_job_that_outlives_a_death_is_stopped_after_the_grace(capsys):
     # a stand-in for an mpiexec that reports a death and then does not end
-    line = "minidist: rank 3 (pid 4242 on host) was killed by signal 9 (SIGKILL)"
+    line = "minidist: rank 3 (pid 4242 on host) was killed by signal 9"
     command = ["sh", "-c", f"echo '{line}' >&2; exec sleep 60"]
     started = time.monotonic()
     end = run_job(command, dict(os.environ), timeout=20, grace=0.5)

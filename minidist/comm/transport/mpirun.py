@@ -12,11 +12,12 @@ stated time, with one line naming the rank, and leaves no process:
 1. **The rank is named by its guard.** Each rank runs under :data:`RANK_GUARD`,
    a few lines of POSIX sh that start the rank and wait for it. If the rank
    ends by a signal, the guard writes ``minidist: rank 1 (pid 4242 on host)
-   was killed by signal 9 (SIGKILL)`` on stderr and exits with the rank's
-   status. Nothing else can say it: the rank itself is gone, and MPICH's
-   ``BAD TERMINATION ... PID`` banner names whichever process its clean-up
-   saw end first, often a rank it killed itself, and never a rank number.
-   The rank is ``PMI_RANK`` (MPICH) or ``OMPI_COMM_WORLD_RANK`` (Open MPI).
+   was killed by signal 9`` on stderr and dies by the same signal. Nothing
+   else can say it: the rank itself is gone, and MPICH's ``BAD TERMINATION
+   ... PID`` banner names whichever process its clean-up saw end first, often
+   a rank it killed itself, and never a rank number. The rank is
+   ``PMI_RANK`` (MPICH) or ``OMPI_COMM_WORLD_RANK`` (Open MPI); this side
+   reads the line as a :class:`Death` ("rank 1 ... was killed by SIGKILL").
 2. **mpiexec ends the job.** When a process of the job ends abnormally,
    MPICH's hydra kills every other rank's process group (a guard and its
    rank are one group, so they end together, and only the dead rank's guard
@@ -62,10 +63,13 @@ from minidist.util.processes import KILL_GRACE, stop_process_tree
 
 DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
 
-# $1..: the rank's command, run in the background so that $! is its pid. Told to stop
-# (SIGTERM from a stop, SIGINT, SIGHUP), the guard passes it on, waits for the rank (an orphan
-# would linger until init reaps it) and says nothing: only a death it did not ask for is news.
+# $1..: the rank's command, run in the background so that $! is its pid. When the rank dies
+# by a signal, the guard says so at once (builtins only: a survivor that sees its peer gone may
+# abort the job a few milliseconds later) and dies by the same signal, so mpiexec sees what it
+# sees without a guard. Told to stop (SIGTERM from a stop, SIGINT, SIGHUP), it passes it on,
+# waits for the rank (an orphan would linger until init reaps it) and says nothing.
 RANK_GUARD = r"""
+host=$(uname -n)
 trap 'stopping=1; kill -s TERM $pid 2>/dev/null' TERM INT HUP
 "$@" 0<&0 &
 pid=$!
@@ -73,15 +77,16 @@ wait $pid 2>/dev/null
 status=$?
 while kill -0 $pid 2>/dev/null; do wait $pid 2>/dev/null; status=$?; done
 if [ $status -gt 128 ] && [ -z "$stopping" ]; then
-  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $(uname -n))" \
-       "was killed by signal $((status - 128)) (SIG$(kill -l $status))" >&2
+  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $host)" \
+       "was killed by signal $((status - 128))" >&2
+  trap - TERM INT HUP
+  kill -$((status - 128)) $$
 fi
 exit $status
 """.strip()
 GUARD_COMMAND = ("sh", "-c", RANK_GUARD, "sh")  # "sh": the guard's $0; the rank's words follow
 
-DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal "
-                        r"(\d+) \((SIG\w+)\)")
+DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal (\d+)")
 
 
 @dataclass
@@ -92,8 +97,15 @@ class Death:
     pid: int
     host: str
     signal: int
-    name: str  # "SIGKILL"
     seen: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        """The signal's name: "SIGKILL" for 9."""
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
 
     def __str__(self) -> str:
         return f"rank {self.rank} (pid {self.pid} on {self.host}) was killed by {self.name}"
@@ -211,8 +223,8 @@ def _relay(pipe: Any, stream: Any, tail: list[str] | None, deaths: list[Death] |
                 tail[:] = [*tail[-19:], finished + "\n"]
             found = DEATH_LINE.search(finished) if deaths is not None else None
             if found:
-                rank, pid, host, number, name = found.groups()
-                deaths.append(Death(int(rank), int(pid), host, int(number), name))
+                rank, pid, host, number = found.groups()
+                deaths.append(Death(int(rank), int(pid), host, int(number)))
                 news.set()
     pipe.close()
 
