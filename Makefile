@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
 RANKS ?= 4
 export OMP_NUM_THREADS := 1
 export OPENBLAS_NUM_THREADS := 1
@@ -21,6 +22,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[mpich,labs,dev]"
 	touch $(STAMP)
 
+# Chromium (Debian's package) for the browser tests and the slides' PDFs, looked for once per
+# venv: installed where it is missing and we are root with apt-get (no other download); where
+# it cannot be, those tests skip and say why, and the decks are built without PDFs
+$(BROWSER): | $(STAMP)
+	@if command -v chromium || command -v chromium-browser || command -v google-chrome \
+	    || command -v google-chrome-stable; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
+	    || echo "Chromium could not be installed: browser tests and slide PDFs will be skipped"; \
+	else \
+	    echo "No Chromium (Debian: sudo apt-get install chromium): browser tests and slide" \
+	         "PDFs will be skipped"; \
+	fi
+	@touch $(BROWSER)
+
 # the MLP on one process, then every allreduce algorithm and data-parallel training on 4 ranks
 demo: $(STAMP)
 	$(BIN)/python -m minidist.examples.mlp
@@ -28,14 +44,14 @@ demo: $(STAMP)
 	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.mlp_ddp
 	$(MPIEXEC) $(BIN)/python -m mpi4py -m minidist.examples.ps_mlp --consistency ssp --staleness 3
 
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	$(BIN)/python -m ruff check minidist tests
 	$(BIN)/python -m pytest -q
 
 # the suite (or TESTS=...) while LOAD busy processes per core compete with it: no test may
 # depend on the machine's speed
 LOAD ?= 1
-test-loaded: $(STAMP)
+test-loaded: $(STAMP) $(BROWSER)
 	$(BIN)/python -m minidist.util.saturate --per-core $(LOAD) -- $(BIN)/python -m pytest -q $(TESTS)
 
 lint: $(STAMP)
@@ -56,7 +72,7 @@ bench: $(STAMP)
 
 # the seven lecture decks, their figures drawn by minidist: build/slides/*.html, and *.pdf when
 # Chromium is installed (Debian: apt-get install chromium)
-slides: $(STAMP)
+slides: $(STAMP) $(BROWSER)
 	$(BIN)/python slides/build.py
 
 clean:

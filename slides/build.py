@@ -264,7 +264,7 @@ def print_pdf(chromium: str, deck: Deck) -> Path:
     """One page per slide, by headless Chromium's print-to-pdf of the deck's print layout."""
     pdf = deck.html_path.with_suffix(".pdf")
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--no-pdf-header-footer", f"--print-to-pdf={pdf}",
+                    "--disable-dev-shm-usage", "--no-pdf-header-footer", f"--print-to-pdf={pdf}",
                     deck.html_path.as_uri()], check=True, capture_output=True, timeout=120)
     return pdf
 

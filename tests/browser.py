@@ -45,9 +45,9 @@ class Browser:
         self.ws = None
         self.process = subprocess.Popen(
             [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-             "--remote-debugging-port=0", f"--user-data-dir={self.profile.name}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+             "--disable-dev-shm-usage", "--remote-debugging-port=0",
+             f"--user-data-dir={self.profile.name}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             self._connect()
         except BaseException:
