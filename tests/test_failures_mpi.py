@@ -55,13 +55,15 @@ class Watcher:
                 return
 
     def rank(self, rank: int, timeout: float = 30) -> psutil.Process:
-        """The python process of MPI rank ``rank`` (its guard has the same PMI_RANK)."""
+        """The python process of MPI rank ``rank`` (its guard has the same rank variable:
+        MPICH's PMI_RANK, Open MPI's OMPI_COMM_WORLD_RANK)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for process in list(self.seen.values()):
                 try:
                     if (process.name().startswith("python")
-                            and process.environ().get("PMI_RANK") == str(rank)):
+                            and str(rank) in (process.environ().get("PMI_RANK"),
+                                              process.environ().get("OMPI_COMM_WORLD_RANK"))):
                         return process
                 except psutil.Error:
                     continue

@@ -14,7 +14,7 @@ import pytest
 
 import minidist.comm as comm
 from minidist.comm import RankError
-from minidist.util.mpiexec import rank_environment
+from minidist.util.mpiexec import env_args, rank_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
@@ -136,7 +136,7 @@ def test_mpi_ranks_get_one_thread_their_output_relayed_and_extra_args(capsys, tm
     hostfile = tmp_path / "hosts"
     hostfile.write_text(socket.gethostname() + "\n")  # a cluster of this one host
     results = comm.launch(report, 2, backend="mpi", hostfile=hostfile,
-                          mpiexec_args=["-genv", "MINIDIST_TEST_VALUE", "42"])
+                          mpiexec_args=env_args("MINIDIST_TEST_VALUE", "42"))
     assert results == [("1", "42"), ("1", "42")]
     out = capsys.readouterr().out
     assert "hello from rank 0" in out and "hello from rank 1" in out

@@ -4,7 +4,6 @@ Each launch runs many checks at once (starting MPI costs ~0.5 s), and the
 checks return what they saw; the assertions are made here, in the parent.
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from test_transport_local import messages_on_a_duplicate_never_match_the_original
 
 from minidist import comm
+from minidist.util.mpiexec import rank_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 pytestmark = [pytest.mark.mpi,
@@ -123,7 +123,7 @@ def test_trace_lines_under_mpi(monkeypatch, capsys):
 def test_world_is_mpi_under_mpiexec_and_local_otherwise():
     script = ("import sys; from minidist import comm; c = comm.world(); "  # one write per line
               "sys.stdout.write(f'{type(c).__name__} {c.rank} {c.size}\\n')")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = rank_environment(2)
     under_mpi = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-c",
                                 script], capture_output=True, text=True, timeout=45, env=env)
     assert sorted(under_mpi.stdout.split("\n")[:2]) == ["MPICommunicator 0 2",
