@@ -6,8 +6,9 @@ host of its own, and every message between ranks crosses the links over TCP
 (checked first: each host's interface counts what its rank sent). There the
 suite's MPI checks pass unchanged, ``md.launch`` going across the hosts: the
 allreduce conformance grid (test_allreduce_mpi), DDP against one process
-(test_ddp_mpi) and ``make demo``'s MPI part. Last, the α-β fit is made across
-two hosts, and the allreduces it prices are measured across four.
+(test_ddp_mpi) and ``make demo``'s MPI part. Last, where asked for
+(``MINIDIST_HOSTS_COST=1``: it times, so it holds only on a quiet machine), the
+α-β fit is made across two hosts and prices the allreduces measured there.
 
 Root only (CI runs as root), with MPICH's hydra (its launcher options);
 skipped with the reason otherwise. The namespaces live as long as this module's
@@ -16,8 +17,8 @@ tests, and are deleted whatever happens; no test leaves a process.
 
 from __future__ import annotations
 
+import csv
 import os
-import re
 import subprocess
 import sys
 from functools import partial
@@ -130,18 +131,26 @@ def test_demo_across_hosts(hosts, module):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_the_fit_across_two_hosts_prices_allreduce_across_four(hosts, tmp_path, monkeypatch):
-    """The model within +-30% of every algorithm's measured time, from 64 KiB up."""
-    fitted = tmp_path / "network.json"
+@pytest.mark.skipif(not os.environ.get("MINIDIST_HOSTS_COST"),
+                    reason="times, so it holds only where nothing else runs: "
+                           "MINIDIST_HOSTS_COST=1 runs it")
+def test_the_fit_across_two_hosts_prices_every_allreduce_within_30_percent(hosts, tmp_path,
+                                                                         monkeypatch):
+    """The α-β fit made across two hosts, then every algorithm timed across as many hosts
+    as there are cores (the hosts share this machine's CPUs, and a rank waiting for a core
+    is not what the model prices): model within +-30% of the time from 64 KiB up."""
+    fitted, table = tmp_path / "network.json", tmp_path / "allreduce.csv"
     done = run_on_hosts(hosts, 2, ["-m", "minidist.bench.fit", "--out", str(fitted),
                                    "--max-size", "2M"], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     monkeypatch.setenv("MINIDIST_NETWORK", str(fitted))
-    done = run_on_hosts(hosts, RANKS, ["-m", "minidist.bench.allreduce", "--sizes",
-                                       "64K,256K,1M,2M", "--iters", "5"], timeout=300)
+    ranks = max(2, min(RANKS, os.cpu_count() or 1))
+    done = run_on_hosts(hosts, ranks, ["-m", "minidist.bench.allreduce", "--sizes",
+                                       "64K,256K,1M,2M", "--iters", "10", "--csv", str(table)],
+                        timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     print(done.stdout)
-    ratios = [float(row.split()[-1]) for row in done.stdout.splitlines()
-              if re.match(r"\s+\d+ [KM]iB ", row)]
-    assert len(ratios) == 4 * 8
-    assert all(0.7 <= ratio <= 1.3 for ratio in ratios), done.stdout
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 4 * 8
+    off = [row for row in rows if not 0.7 <= float(row["model_s"]) / float(row["time_s"]) <= 1.3]
+    assert not off, done.stdout
