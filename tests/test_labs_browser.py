@@ -122,9 +122,8 @@ def _server_info(server: subprocess.Popen, runtime: Path) -> dict:
         if server.poll() is not None:
             raise RuntimeError(f"JupyterLab exited with status {server.returncode}")
         for path in runtime.glob("jpserver-*.json"):
-            info = json.loads(path.read_text() or "{}")
-            if "port" in info:
-                return info
+            with suppress(json.JSONDecodeError):  # not yet written in full
+                return json.loads(path.read_text())
         time.sleep(0.2)
     raise TimeoutError(f"JupyterLab did not start in {START_TIMEOUT} s")
 
@@ -172,7 +171,10 @@ def validate(page: browser.Browser, timeout: float) -> dict:
     """Click nbgrader's Validate (it saves the notebook, then asks the server to run and check
     it); the dialog's message: its classes (``validation-success``, ``validation-failed``, ...)
     and text."""
-    page.click(".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button")
+    button = ".jp-NotebookPanel:not(.lm-mod-hidden) .validate-button"
+    page.wait_for(f"document.querySelector({json.dumps(button)})?.offsetWidth > 0", 30,
+                  "the Validate button")
+    page.click(button)
     return page.wait_for("""(() => { const m = document.querySelector('#validation-message');
         return m && {kinds: [...m.classList], text: m.innerText}; })()""", timeout,
                          "nbgrader's validation")
