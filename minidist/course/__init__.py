@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     class_cmd = commands.add_parser("make-class", help="write a synthetic class to grade")
     class_cmd.add_argument("folder", type=Path)
     class_cmd.add_argument("--students", type=int, default=30)
+    class_cmd.add_argument("--lab", action="append", help="only this lab (repeatable)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from minidist.course.classroom import make_class
 
-        for path in make_class(root, args.folder, args.students):
+        for path in make_class(root, args.folder, args.students, args.lab):
             print(path)
     return 0
 

@@ -1,6 +1,6 @@
 """A synthetic class: mixed submissions for timing and testing the grader.
 
-    python -m minidist.course make-class /tmp/class --students 30
+    python -m minidist.course make-class /tmp/class --students 30 [--lab lab01_autograd]
     python -m minidist.course grade /tmp/class
 
 For each lab, students cycle through kinds of work a real class hands in:
@@ -46,13 +46,16 @@ def variant(kind: str, solution: dict, blank: dict, n: int) -> dict | None:
     return notebook
 
 
-def make_class(root: Path, folder: Path, students: int = 30) -> list[Path]:
-    """Write ``students`` submissions per lab into ``folder``; returns their paths."""
+def make_class(root: Path, folder: Path, students: int = 30,
+               labs: list[str] | None = None) -> list[Path]:
+    """Write ``students`` submissions per lab (all labs, or ``labs``) into ``folder``;
+    returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory() as scratch:
-        release(root, dest=Path(scratch))
-        for lab in known_labs(root):
+        labs = labs or known_labs(root)
+        release(root, labs, dest=Path(scratch))
+        for lab in labs:
             name = next((root / "solutions" / lab).glob("*.ipynb")).name
             solution = json.loads((root / "solutions" / lab / name).read_text())
             blank = json.loads((Path(scratch) / lab / name).read_text())

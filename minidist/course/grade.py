@@ -44,6 +44,14 @@ FEEDBACK_CONFIG = """c = get_config()  # noqa
 c.Execute.timeout = {timeout}
 c.Execute.error_on_timeout = {{"ename": "CellTimeoutError", "evalue": {reason!r},
                                "traceback": ["CellTimeoutError: " + {reason!r}]}}
+c.Autograde.autograde_preprocessors = [
+    "minidist.course.trusted.TrustedExecute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+c.TrustedExecute.checks_file = {checks!r}
+c.KernelManager.transport = "ipc"  # unix sockets: they reach a kernel in its own network namespace
+c.KernelManager.ip = {ipc!r}
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades",
                                     "nbgrader.preprocessors.ClearHiddenTests",
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
@@ -70,19 +78,34 @@ class Release:
     course: Path
     notebooks: dict[str, list[str]]
     max_scores: dict[str, float]
+    checks: dict[str, dict[str, dict]]  # lab -> grade_id -> locked cell the grader runs itself
 
 
-def build_release(root: Path, scratch: Path) -> Release:
-    """generate_assignment for every lab into ``scratch``; read points from its gradebook."""
+def source_notebooks(root: Path) -> dict[str, list[str]]:
+    """Each lab's notebook names, as the release will have them (those of ``solutions/``)."""
+    return {lab: sorted(p.name for p in (root / "solutions" / lab).glob("*.ipynb"))
+            for lab in known_labs(root)}
+
+
+def build_release(root: Path, scratch: Path, labs: list[str]) -> Release:
+    """generate_assignment for ``labs`` into ``scratch``; read points and the locked cells
+    the grader runs itself (``trusted.py``) from its gradebook."""
     from nbgrader.api import Gradebook
 
-    labs = known_labs(root)
     build_course(root, labs, scratch)
     notebooks = {lab: sorted(p.name for p in (scratch / "release" / lab).glob("*.ipynb"))
                  for lab in labs}
+    checks: dict[str, dict[str, dict]] = {}
     with Gradebook(f"sqlite:///{scratch / 'gradebook.db'}") as gradebook:
         max_scores = {lab: float(gradebook.find_assignment(lab).max_score) for lab in labs}
-    return Release(scratch, notebooks, max_scores)
+        for lab in (lab for lab in labs if limits_for(lab).trusted_checks):
+            for notebook in gradebook.find_assignment(lab).notebooks:
+                tests = {cell.name for cell in notebook.grade_cells}
+                answers = {cell.name for cell in notebook.solution_cells}
+                checks[lab] = {cell.name: {"source": cell.source, "test": cell.name in tests}
+                               for cell in notebook.source_cells if cell.locked
+                               and cell.cell_type == "code" and cell.name not in answers}
+    return Release(scratch, notebooks, max_scores, checks)
 
 
 def failed_cells(autograded: Path) -> list[str]:
@@ -92,8 +115,9 @@ def failed_cells(autograded: Path) -> list[str]:
         for cell in json.loads(path.read_text()).get("cells", []):
             meta = cell.get("metadata", {}).get("nbgrader", {})
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            timed_out = any(o.get("ename") == "CellTimeoutError" for o in errors)
-            if errors and (meta.get("grade") or timed_out):
+            stopped = any(o.get("ename") in ("CellTimeoutError", "DeadKernelError")
+                          for o in errors)
+            if errors and (meta.get("grade") or stopped):
                 evalue = str(errors[-1].get("evalue", "")).strip().splitlines()
                 lines.append(f"{meta.get('grade_id')}: {errors[-1].get('ename')}: "
                              f"{evalue[0][:200] if evalue else ''}".rstrip(": "))
@@ -116,7 +140,6 @@ class Grader:
     def __init__(self, root: Path, out: Path, cell_timeout: int | None = None):
         self.root, self.out, self.cell_timeout = root, out, cell_timeout
         self._scratch = Path(tempfile.mkdtemp(prefix="minidist-release-"))
-        self.release = build_release(root, self._scratch)
         self._uids: set[int] = set()
         self._lock = threading.Lock()
 
@@ -124,7 +147,9 @@ class Grader:
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def grade_all(self, folder: Path, jobs: int = 2) -> list[GradeResult]:
-        submissions = collect(folder, self.release.notebooks)
+        submissions = collect(folder, source_notebooks(self.root))
+        labs = sorted({s.lab for s in submissions if s.lab != "?"})
+        self.release = build_release(self.root, self._scratch, labs)  # only the labs handed in
         hide = [self.root / name for name in ("solutions", "grading", "tests", ".git")]
         hide += [folder.resolve(), self.out.resolve()]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -158,12 +183,14 @@ class Grader:
         for name, path in sub.notebooks.items():
             shutil.copyfile(path, submitted / name)
         reason = f"the cell ran longer than {timeout} s and was stopped; it scores zero"
-        (course / "nbgrader_config.py").write_text(
-            FEEDBACK_CONFIG.format(timeout=timeout, reason=reason))
         isolation.write_kernel_spec(private / "jupyter")
         with self._lock:
             uid = isolation.pick_uid(self._uids) if isolation.running_as_root() else None
         workdir = isolation.make_workdir(uid)
+        checks = private / "checks.json"
+        checks.write_text(json.dumps(self.release.checks))
+        (course / "nbgrader_config.py").write_text(FEEDBACK_CONFIG.format(
+            timeout=timeout, reason=reason, checks=str(checks), ipc=str(workdir / "kernel")))
         env = nbgrader_env(private / "home")
         env.update(JUPYTER_PATH=str(private / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(private / "runtime"),

@@ -13,11 +13,9 @@ process tree and process group are stopped instead
 with a double fork and ``setsid`` would survive, one more reason to grade as
 root inside a container.
 
-Limits, honestly: the kernel can still use the network, and inside the
-notebook a student's code runs in the same interpreter as the tests that
-follow it (nbgrader's design), so it can monkeypatch them; ``blocked`` and
-hidden tests make that work, not impossible. Human review of surprising
-scores remains part of grading.
+As root the kernel also has no network (``sandbox.py``). The checks
+themselves are kept out of the kernel by ``trusted.py``, for the labs whose
+checks can run that way (grading/README.md says what that guarantees).
 """
 
 from __future__ import annotations

@@ -6,12 +6,13 @@ the kernel is born here, locks itself in, then becomes an ordinary IPython
 kernel (``exec``, same pid, so nbgrader can still interrupt or kill it).
 Locking in, in order:
 
-1. hide the course (root only): in a private mount namespace, an empty
+1. hide the course and cut the network (root only): in a private mount namespace, an empty
    read-only tmpfs is mounted over ``solutions/``, ``grading/``, ``tests/``,
    ``.git/``, the submissions folder and the output folder; and where the
    Python installation sits in a folder other users cannot enter (``/root``),
    that folder is replaced by an empty one into which only the installation
-   is bind-mounted, read-only;
+   is bind-mounted, read-only; a network namespace of its own holds only a
+   loopback (the grader talks to the kernel over unix sockets);
 2. limits: address space (RLIMIT_AS), CPU seconds, processes (RLIMIT_NPROC,
    counted per user), file size, no core files;
 3. drop privileges (root only): become a user id of its own, with no
@@ -28,16 +29,20 @@ read; grade inside a container, as root, for the full isolation.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import shutil
+import socket
+import struct
 import sys
 from pathlib import Path
 
 from minidist.util.mpiexec import ONE_THREAD
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 1 << 14, 1 << 18
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -55,6 +60,18 @@ def private_namespace() -> None:
     if _libc.unshare(CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
+
+
+def no_network() -> None:
+    """A network namespace of our own, with only a loopback: nothing outside can be
+    reached, while MPI jobs the notebook starts still talk over 127.0.0.1. (The grader
+    reaches the kernel over unix sockets, which a network namespace does not cut.)"""
+    if _libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
 
 
 def closed_ancestor(path: str) -> str | None:
@@ -78,7 +95,7 @@ def expose(paths: list[str], staging: str) -> None:
         staged = []
         for i, path in enumerate(inside):
             stage = os.path.join(staging, f"{n}-{i}")
-            os.makedirs(stage, mode=0o700)
+            os.makedirs(stage, mode=0o700, exist_ok=True)  # a restarted kernel stages again
             _mount(path, stage, None, MS_BIND | MS_REC)
             staged.append((stage, path))
         _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
@@ -131,6 +148,10 @@ def main(argv: list[str]) -> None:
         except OSError as error:
             print(f"sandbox: could not hide the course ({error}); running unprivileged without it",
                   file=sys.stderr)
+        try:
+            no_network()
+        except OSError as error:
+            print(f"sandbox: could not cut the network ({error})", file=sys.stderr)
         os.chown(private_connection, uid, uid)
     set_limits(settings["memory_mb"], settings["cpu_s"], settings["processes"])
     if uid is not None:

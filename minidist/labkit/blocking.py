@@ -36,6 +36,15 @@ class BlockedError(NotImplementedError):
     """Raised by a library function that is blocked while a task is graded."""
 
 
+_active: list[str] = []  # targets blocked now, oldest first: calls into the kernel carry them
+
+
+def active_blocks() -> list[str]:
+    """The targets of every ``blocked`` block open now (a check's calls into the student's
+    kernel block the same there)."""
+    return list(_active)
+
+
 def _resolve(target: str) -> Any:
     """Import ``a.b.c.Name.attr``: the longest importable module prefix, then attributes."""
     parts = target.split(".")
@@ -85,10 +94,12 @@ def blocked(*targets: str) -> Iterator[None]:
     found = {id(f): (name, f) for target in targets for name, f in _functions(target)}
     functions = list(found.values())
     originals = [f.__code__ for _, f in functions]
+    _active.extend(targets)
     try:
         for name, func in functions:
             func.__code__ = _raising_code(name, func)
         yield
     finally:
+        del _active[len(_active) - len(targets):]
         for (_, func), code in reversed(list(zip(functions, originals, strict=True))):
             func.__code__ = code

@@ -8,8 +8,9 @@ the quantity, the first wrong position and both values::
 
 ``check_backward`` compares a Function's backward rule with central finite
 differences of its own forward, in float64; it calls ``forward``/``backward``
-directly, so it needs no other part of the autograd engine (each task is
-checkable alone). ``task`` wraps a group of checks: it prints one line when
+directly (through two probes, ``remote.on_student``, so the class may live in
+a graded kernel), so it needs no other part of the autograd engine (each task
+is checkable alone). ``task`` wraps a group of checks: it prints one line when
 they all pass and turns any failure, or any exception raised by the student's
 code, into one sentence that starts with the task's name.
 """
@@ -21,6 +22,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
+from minidist.labkit.remote import on_student
 
 
 class CheckFailed(AssertionError):
@@ -72,33 +75,60 @@ def numerical_gradient(f: Callable[..., float], arrays: list[np.ndarray], which:
     return grad
 
 
+def forward_values(fn: type, points: list[tuple[np.ndarray, ...]],
+                   options: dict[str, Any]) -> list[np.ndarray]:
+    """Probe: ``fn.forward`` at each point (a tuple of input arrays), a fresh context each."""
+    from minidist.autograd import Context, Tensor
+
+    outputs = []
+    for xs in points:
+        ctx = Context(fn, tuple(Tensor(x.copy(), requires_grad=True) for x in xs))
+        outputs.append(np.asarray(fn.forward(ctx, *[x.copy() for x in xs], **options)))
+    return outputs
+
+
+def backward_values(fn: type, arrays: list[np.ndarray], grad: np.ndarray | None,
+                    options: dict[str, Any]) -> tuple[Any, ...]:
+    """Probe: what ``fn.backward`` returns for upstream ``grad`` (default ones) after
+    ``fn.forward`` at ``arrays``, as a tuple."""
+    from minidist.autograd import Context, Tensor
+
+    ctx = Context(fn, tuple(Tensor(x.copy(), requires_grad=True) for x in arrays))
+    out = fn.forward(ctx, *[x.copy() for x in arrays], **options)
+    grads = fn.backward(ctx, np.ones_like(out) if grad is None else grad.copy())
+    return grads if isinstance(grads, tuple) else (grads,)
+
+
 def check_backward(fn: type, *inputs: np.ndarray, what: str, seed: int = 0,
                    **options: Any) -> None:
     """Compare ``fn.backward`` with finite differences of ``fn.forward`` on ``inputs``.
 
     The loss is sum(forward(inputs) * w) for a fixed random ``w``, so every
-    output element's gradient is checked. Cost: 2 forwards per input element.
+    output element's gradient is checked. ``fn`` runs through two probes
+    (``on_student``), so the student's class may live in a graded kernel.
+    Cost: 2 forwards per input element, in one call.
     """
     __tracebackhide__ = True
-    from minidist.autograd import Context, Tensor
-
     arrays = [np.array(x, dtype=np.float64) for x in inputs]
-
-    def forward(*xs: np.ndarray) -> np.ndarray:
-        ctx = Context(fn, tuple(Tensor(x, requires_grad=True) for x in xs))
-        return np.asarray(fn.forward(ctx, *xs, **options))
-
-    weights = np.random.default_rng(seed).standard_normal(forward(*arrays).shape)
-    ctx = Context(fn, tuple(Tensor(x.copy(), requires_grad=True) for x in arrays))
-    fn.forward(ctx, *[x.copy() for x in arrays], **options)
-    grads = fn.backward(ctx, weights.copy())
-    if not isinstance(grads, tuple):
-        grads = (grads,)
+    (output,) = on_student(forward_values, fn, [tuple(arrays)], options)
+    weights = np.random.default_rng(seed).standard_normal(np.shape(output))
+    eps, points = 1e-6, []
+    for i, x in enumerate(arrays):
+        for index in np.ndindex(x.shape):
+            for sign in (1, -1):
+                moved = [a.copy() for a in arrays]
+                moved[i][index] += sign * eps
+                points.append(tuple(moved))
+    values = [float((np.asarray(out) * weights).sum())
+              for out in on_student(forward_values, fn, points, options)]
+    grads = on_student(backward_values, fn, arrays, weights, options)
     expect(len(grads) == len(arrays),
            f"{what}: backward returned {len(grads)} gradients for {len(arrays)} inputs")
-    for i, grad in enumerate(grads):
-        expected = numerical_gradient(lambda *xs: float((forward(*xs) * weights).sum()),
-                                      arrays, i)
+    start = 0
+    for i, (x, grad) in enumerate(zip(arrays, grads, strict=True)):
+        pairs = np.array(values[start:start + 2 * x.size]).reshape(-1, 2)
+        start += 2 * x.size
+        expected = ((pairs[:, 0] - pairs[:, 1]) / (2 * eps)).reshape(x.shape)
         expect_close(f"{what}: input {i} gradient", grad, expected, rtol=1e-4, atol=1e-6)
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from minidist.labkit.blocking import blocked
-from minidist.labkit.checks import expect, expect_close, numerical_gradient
+from minidist.labkit.checks import backward_values, expect, expect_close, numerical_gradient
+from minidist.labkit.remote import on_student
 
 
 def graph_nodes(root: Any) -> list[Any]:
@@ -53,13 +54,9 @@ def backward_of(fn: type, *arrays: np.ndarray, grad: np.ndarray | None = None,
                 **options: Any) -> tuple[Any, ...]:
     """The gradients ``fn.backward`` returns at ``arrays`` for upstream ``grad`` (default
     ones), as a tuple: for checks at points where finite differences do not apply."""
-    from minidist.autograd import Context, Tensor
-
     arrays = tuple(np.array(a, dtype=np.float64) for a in arrays)
-    ctx = Context(fn, tuple(Tensor(a, requires_grad=True) for a in arrays))
-    out = fn.forward(ctx, *[a.copy() for a in arrays], **options)
-    grads = fn.backward(ctx, np.ones_like(out) if grad is None else np.array(grad, np.float64))
-    return grads if isinstance(grads, tuple) else (grads,)
+    upstream = None if grad is None else np.array(grad, np.float64)
+    return tuple(on_student(backward_values, fn, arrays, upstream, options))
 
 
 def check_backward_pass(backward_fn: Callable[[Any], None], build: Callable[..., Any],

@@ -1,0 +1,144 @@
+"""The grader's line to a student's kernel: one request in, one reply of data out.
+
+``KernelChannel`` is the ``channel`` of a ``labkit.remote.Session``. It sends
+a request as one line of code, ``serve("<request>")``
+(``minidist.labkit.serve``), over the kernel's own Jupyter connection, and
+reads the reply from the display data of type ``REPLY_MIME`` that the kernel
+publishes for that request: JSON text, parsed by ``labkit.wire`` as data.
+Whatever else the request printed is copied, as text, to the check's output
+(so a student's ``print`` shows in the feedback; it cannot add an error or a
+score to the graded cell).
+
+Every wait has the cell's deadline: past it, the kernel is interrupted and
+``CellTimeout`` raised; a kernel that is no longer alive raises
+``KernelDied``. Both are BaseExceptions, so no ``task`` turns them into a
+check's failure sentence: the executor records them and goes on.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import time
+from typing import Any
+
+from jupyter_client import BlockingKernelClient
+from jupyter_core.utils import run_sync
+
+from minidist.labkit.serve import REPLY_MIME
+
+MAX_PRINTED = 100_000  # characters of a request's printed output kept
+REQUEST = "__import__('minidist.labkit.serve', fromlist=['serve']).serve({text!r})"
+
+
+class CellTimeout(BaseException):
+    """The cell's deadline passed while the kernel worked on a request."""
+
+
+class KernelDied(BaseException):
+    """The kernel stopped (exited, was killed, or hit its memory limit)."""
+
+
+class NoReply(Exception):
+    """The kernel finished a request without a reply (the notebook broke ``serve``)."""
+
+
+class KernelChannel:
+    """Requests to the kernel of ``executor`` (an nbclient ``NotebookClient``)."""
+
+    def __init__(self, executor: Any):
+        self.executor = executor
+        self.client: BlockingKernelClient | None = None
+        self.deadline = float("inf")
+
+    def connect(self) -> None:
+        if self.client is not None:
+            self.client.stop_channels()
+        self.client = BlockingKernelClient()
+        self.client.load_connection_info(self.executor.km.get_connection_info())
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=self.executor.startup_timeout)
+
+    def start_cell(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def _alive(self) -> bool:
+        return bool(run_sync(self.executor.km.is_alive)())
+
+    def _execute(self, code: str, reply_wanted: bool) -> Any:
+        """Run ``code``; return the reply it published (None if none) once the kernel is idle."""
+        if self.client is None:
+            self.connect()
+        while self.client.iopub_channel.msg_ready():  # what the notebook's own cells published
+            self.client.get_iopub_msg(timeout=0)
+        msg_id = self.client.execute(code, store_history=False, allow_stdin=False,
+                                     stop_on_error=False)
+        reply, printed, checked = None, 0, time.monotonic()
+        while True:
+            if time.monotonic() > self.deadline:
+                self._interrupt(msg_id)
+                raise CellTimeout
+            try:
+                msg = self.client.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - checked > 1.0:
+                    checked = time.monotonic()
+                    if not self._alive():
+                        raise KernelDied from None
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream" and reply_wanted and printed < MAX_PRINTED:
+                text = str(content.get("text", ""))[:MAX_PRINTED - printed]
+                sys.stdout.write(text)
+                printed += len(text)
+            elif kind == "display_data" and reply is None:
+                reply = content.get("data", {}).get(REPLY_MIME)
+            elif kind == "status" and content.get("execution_state") == "idle":
+                break
+        while self.client.shell_channel.msg_ready():
+            self.client.get_shell_msg(timeout=0)
+        return reply
+
+    def _interrupt(self, msg_id: str) -> None:
+        """Interrupt the request; wait a little for the kernel to be idle again."""
+        run_sync(self.executor.km.interrupt_kernel)()
+        self.deadline = time.monotonic() + 5
+        try:
+            while True:
+                msg = self.client.get_iopub_msg(timeout=max(0.0, self.deadline - time.monotonic()))
+                if (msg.get("parent_header", {}).get("msg_id") == msg_id
+                        and msg["msg_type"] == "status"
+                        and msg["content"].get("execution_state") == "idle"):
+                    return
+        except queue.Empty:
+            pass
+
+    def __call__(self, text: str) -> str:
+        reply = self._execute(REQUEST.format(text=text), reply_wanted=True)
+        if not isinstance(reply, str):
+            raise NoReply("the notebook's kernel gave no answer to the check (did the notebook "
+                          "replace minidist.labkit?)")
+        return reply
+
+    def reset(self) -> None:
+        """Start a check cell: the kernel forgets the last cell's tensors and results."""
+        self("{\"op\": \"reset\"}")
+
+    def run_quietly(self, source: str) -> bool:
+        """Run a cell again after a restart, its output dropped; False if it failed to end."""
+        try:
+            self._execute(source, reply_wanted=False)
+        except (CellTimeout, KernelDied):
+            return False
+        return True
+
+    def responsive(self) -> bool:
+        """Whether the kernel answers a trivial request within a few seconds."""
+        self.deadline = time.monotonic() + 5
+        try:
+            self._execute("None", reply_wanted=False)
+        except (CellTimeout, KernelDied):
+            return False
+        return True

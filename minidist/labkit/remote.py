@@ -1,0 +1,141 @@
+"""The grader's side of a check: the student's objects seen from another process.
+
+When a lab is graded, its check cells do not run in the student's kernel.
+The grader runs them in its own process (``minidist.course.trusted``), and
+every name the check uses that the notebook defined (``unbroadcast``,
+``Mul``, ``MomentumSGD``) is a ``Remote``: a reference to the object in the
+kernel. Calling it sends the arguments as data (``wire.py``; tensors as
+mirrors, ``mirror.py``) and returns the result as data, or as another
+``Remote`` when the result is not data (a model, an optimiser). What the
+student's code does in its kernel can change what comes back, never the
+check that reads it: the check, its expected values and its verdict live
+here.
+
+A check written once serves both places. Where a check must drive a
+student's object more finely than by calls (a Function's ``forward`` and
+``backward`` on one context), it names a probe, a function of ``labkit``
+that takes the object and data and returns data: ``on_student(probe, obj,
+...)`` runs it here on a local object (a student in JupyterLab, the test
+suite) and in the kernel on a ``Remote`` one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable
+from typing import Any
+
+from minidist.labkit import wire
+from minidist.labkit.blocking import BlockedError, active_blocks
+from minidist.labkit.mirror import Mirrors
+
+MAX_MESSAGE_CHARS = 2000  # of an exception message from the kernel
+
+
+class Remote:
+    """An object of the student's kernel, named by a path: ``("name", "Mul")`` and
+    attributes, or ``("handle", 3)`` for a result the kernel kept."""
+
+    __slots__ = ("_session", "_path")
+
+    def __init__(self, session: Session, path: tuple):
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_path", path)
+
+    def __getattr__(self, name: str) -> Remote:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Remote(self._session, (*self._path, name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a check cannot change the notebook's objects")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._session.request("call", self._path, None, args, kwargs)
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"{self!r} is not a value a check can test")
+
+    def __repr__(self) -> str:
+        kind, base, *attrs = self._path
+        name = f"result {base}" if kind == "handle" else str(base)
+        return f"<{'.'.join([name, *attrs])} in the notebook>"
+
+
+def on_student(probe: Callable[..., Any], obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``probe(obj, *args, **kwargs)`` where ``obj`` lives: here, or in the student's
+    kernel when ``obj`` is a ``Remote`` (``probe`` is then a function of ``labkit``)."""
+    if isinstance(obj, Remote):
+        return obj._session.request("probe", obj._path, probe, args, kwargs)
+    return probe(obj, *args, **kwargs)
+
+
+def _rebuilt_exception(name: Any, message: Any) -> BaseException:
+    """The student's exception, as a class of the same name that holds only its message."""
+    name = name if isinstance(name, str) and name.isidentifier() else "Exception"
+    message = str(message)[:MAX_MESSAGE_CHARS]
+    if name == "BlockedError":
+        return BlockedError(message)
+    known = getattr(builtins, name, None)
+    if isinstance(known, type) and issubclass(known, Exception):
+        return known(message)
+    return type(name, (Exception,), {"__module__": "notebook"})(message)
+
+
+class Session:
+    """One check cell's connection to the kernel: ``channel(text) -> text`` carries a
+    request and brings back the reply (``minidist.course.trusted`` provides it)."""
+
+    ALLOW = frozenset({"$tensor", "$ref"})
+
+    def __init__(self, channel: Callable[[str], str]):
+        self.channel = channel
+        self.mirrors = Mirrors(first_id=1, step=1)
+
+    def name(self, name: str) -> Remote:
+        return Remote(self, ("name", name))
+
+    def _refer(self, value: Any, pending: list) -> dict | None:
+        from minidist.autograd import Tensor
+        from minidist.data import Dataset
+
+        if isinstance(value, Tensor):
+            return self.mirrors.refer(value, pending, lambda v: self._encode(v, pending), True)
+        if isinstance(value, Remote):
+            return {"$ref": list(value._path)}
+        if isinstance(value, Dataset):
+            fields = {k: getattr(value, k) for k in ("x", "y", "num_classes", "name")}
+            return {"$dataset": self._encode(fields, pending)}
+        if isinstance(value, type) and value.__module__.startswith("minidist."):
+            return {"$class": f"{value.__module__}:{value.__qualname__}"}
+        return None
+
+    def _encode(self, value: Any, pending: list) -> Any:
+        return wire.encode(value, lambda v: self._refer(v, pending))
+
+    def _resolve(self, kind: str, payload: Any) -> Any:
+        if kind == "$tensor" and payload in self.mirrors.tensors:
+            return self.mirrors.tensors[payload]
+        if kind == "$ref" and isinstance(payload, list) and payload[:1] == ["handle"]:
+            return Remote(self, tuple(payload))
+        raise wire.WireError(f"the kernel sent an unknown {kind} {payload!r:.40}")
+
+    def _decode(self, data: Any) -> Any:
+        return wire.decode(data, self._resolve, self.ALLOW)
+
+    def request(self, op: str, path: tuple, probe: Callable[..., Any] | None,
+                args: tuple, kwargs: dict) -> Any:
+        """Send one call to the kernel; sync the mirrored tensors; return its result."""
+        pending: list = []
+        message = {"op": op, "path": list(path), "args": self._encode(tuple(args), pending),
+                   "kwargs": self._encode(dict(kwargs), pending), "blocked": active_blocks()}
+        if probe is not None:
+            message["probe"] = f"{probe.__module__}:{probe.__qualname__}"
+        message["tensors"] = pending + self.mirrors.changed()
+        reply = wire.loads(self.channel(json.dumps(message)))
+        self.mirrors.apply(reply.get("tensors", []), self._decode, None)
+        if "error" in reply:
+            error = reply["error"] if isinstance(reply["error"], list) else ["Exception", ""]
+            raise _rebuilt_exception(*(error + ["", ""])[:2])
+        return self._decode(reply.get("value"))

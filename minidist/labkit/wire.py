@@ -1,0 +1,130 @@
+"""What crosses between the grader and a student's kernel: data, never code.
+
+When a lab is graded, its checks run in the grader's own process and call
+the student's functions in the notebook's kernel (``remote.py``). Every value
+that crosses is written here as JSON; what JSON cannot say is a one-key
+object whose key starts with ``$``::
+
+    {"$array": "<base64 .npy>"}     np.load(..., allow_pickle=False): no object arrays
+    {"$scalar": "<base64 .npy>"}    a NumPy scalar (a 0-d array, read back as its item type)
+    {"$tuple": [...]}  {"$dict": [[key, value], ...]}  {"$slice": [start, stop, step]}
+    {"$ellipsis": 0}   {"$dtype": "float64"}  {"$dataset": {"x": ..., "y": ..., ...}}
+    {"$tensor": id}    a tensor mirrored on both sides     (remote.py, mirror.py)
+    {"$ref": [...]}    an object that stays in the kernel: a name path or a handle
+    {"$class": "minidist.autograd.ops.Mul"}   a library class (grader to kernel only)
+
+Reading never runs code: JSON, then ``np.load`` without pickle, then only the
+markers above, each to a plain value; a marker the reader does not accept
+(``allow``) is an error, as are oversized messages and nesting deeper than
+``MAX_DEPTH``. Pickle is never used, in either direction.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+MAX_MESSAGE_CHARS = 400 << 20  # a reply larger than this is refused unread
+MAX_DEPTH = 64
+ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: nothing that holds objects
+
+
+class WireError(ValueError):
+    """A message that is not data of the accepted kinds."""
+
+
+def _npy(array: np.ndarray) -> str:
+    if array.dtype.kind not in ARRAY_KINDS:
+        raise WireError(f"an array of dtype {array.dtype} cannot be sent (numbers only)")
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _from_npy(text: Any) -> np.ndarray:
+    if not isinstance(text, str):
+        raise WireError("an array must be base64 text")
+    array = np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False)
+    if array.dtype.kind not in ARRAY_KINDS:
+        raise WireError(f"an array of dtype {array.dtype} was refused")
+    return np.array(array)  # writable, owning its memory, a 0-d array an ordinary one
+
+
+def encode(value: Any, refer: Callable[[Any], dict | None], depth: int = 0) -> Any:
+    """``value`` as JSON-ready data; ``refer(obj)`` answers for tensors and other objects
+    (a ``$tensor`` or ``$ref`` marker), or None when ``obj`` cannot be sent."""
+    if depth > MAX_DEPTH:
+        raise WireError(f"values nested deeper than {MAX_DEPTH} cannot be sent")
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (bool, int, float, str)):  # a subclass: only its plain value
+        return (bool if isinstance(value, bool) else int if isinstance(value, int)
+                else float if isinstance(value, float) else str)(value)
+    if isinstance(value, np.ndarray):
+        return {"$array": _npy(np.asarray(value))}
+    if isinstance(value, np.generic):
+        return {"$scalar": _npy(np.asarray(value))}
+    if isinstance(value, np.dtype):
+        return {"$dtype": value.str}
+    if isinstance(value, (list, tuple)):
+        items = [encode(v, refer, depth + 1) for v in value]
+        return items if isinstance(value, list) else {"$tuple": items}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"$dict": [[k, encode(v, refer, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, slice):
+        return {"$slice": [encode(getattr(value, a), refer, depth + 1)
+                           for a in ("start", "stop", "step")]}
+    if value is Ellipsis:
+        return {"$ellipsis": 0}
+    marker = refer(value)
+    if marker is None:
+        raise WireError(f"a {type(value).__name__} cannot be sent to or from the notebook")
+    return marker
+
+
+def decode(data: Any, resolve: Callable[[str, Any], Any], allow: frozenset[str],
+           depth: int = 0) -> Any:
+    """The value ``data`` (from ``json.loads``) stands for; ``resolve(kind, payload)``
+    answers the markers in ``allow`` that are not plain data (``$tensor``, ``$ref``, ...)."""
+    if depth > MAX_DEPTH:
+        raise WireError(f"a value nested deeper than {MAX_DEPTH} was refused")
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [decode(v, resolve, allow, depth + 1) for v in data]
+    if not isinstance(data, dict) or len(data) != 1:
+        raise WireError("a value must be JSON data or a one-key marker")
+    (kind, payload), = data.items()
+    if kind == "$array":
+        return _from_npy(payload)
+    if kind == "$scalar":
+        return _from_npy(payload)[()]
+    if kind == "$dtype":
+        return np.dtype(str(payload))
+    if kind == "$tuple" and isinstance(payload, list):
+        return tuple(decode(v, resolve, allow, depth + 1) for v in payload)
+    if kind == "$dict" and isinstance(payload, list):
+        return {str(k): decode(v, resolve, allow, depth + 1) for k, v in payload}
+    if kind == "$slice" and isinstance(payload, list) and len(payload) == 3:
+        return slice(*(decode(v, resolve, allow, depth + 1) for v in payload))
+    if kind == "$ellipsis":
+        return Ellipsis
+    if kind in allow:
+        return resolve(kind, payload)
+    raise WireError(f"a {kind!r} value was refused here")
+
+
+def loads(text: Any) -> dict:
+    """A message (a JSON object) from text, refusing anything oversized or not an object."""
+    if not isinstance(text, str) or len(text) > MAX_MESSAGE_CHARS:
+        raise WireError("a message must be JSON text of at most "
+                        f"{MAX_MESSAGE_CHARS >> 20} M characters")
+    message = json.loads(text)
+    if not isinstance(message, dict):
+        raise WireError("a message must be a JSON object")
+    return message

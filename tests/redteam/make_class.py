@@ -1,0 +1,280 @@
+"""The red-team class: Lab 1 submissions that try to get marks without the work.
+
+    python tests/redteam/make_class.py FOLDER     # write the class and FOLDER/expected.json
+    python -m minidist.course grade FOLDER --cell-timeout 20
+
+Each attack is a function below, registered with ``@attack(base, lost)``:
+it edits a copy of ``base`` (the released notebook, "blank", or the
+released notebook with every answer filled in, "solution"), and ``lost``
+names the tasks it must score zero on ("all", or grade ids); its expected
+score is the lab's points minus those. A function returning text writes a
+file that is not a notebook. Add an attack by writing one more function.
+``tests/test_course_kit.py`` grades the class with every lab's honest
+submissions and asserts each score, and that no process is left (``TOKEN``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+LAB = "lab01_autograd"
+TOKEN = "minidist-left-behind-7f3a"
+ATTACKS: dict[str, tuple[str, object, Callable]] = {}
+
+
+def attack(base: str, lost: str | list[str] = (), keeps: list[str] = ()) -> Callable:
+    """Register an attack on ``base``; it must score zero on the tasks in ``lost`` ("all":
+    every task but those in ``keeps``) and full marks on the others."""
+    def register(edit: Callable) -> Callable:
+        ATTACKS[edit.__name__] = (base, (lost, list(keeps)), edit)
+        return edit
+    return register
+
+
+@dataclass
+class Notebook:
+    """A student's copy being edited: cells by grade id, new cells at the end."""
+
+    cells: dict
+
+    def source(self, grade_id: str) -> str:
+        return "".join(self.cells["cells"][self._index(grade_id)]["source"])
+
+    def set(self, grade_id: str, source: str) -> None:
+        self.cells["cells"][self._index(grade_id)]["source"] = source
+
+    def prepend(self, grade_id: str, source: str) -> None:
+        self.set(grade_id, source + "\n" + self.source(grade_id))
+
+    def delete(self, grade_id: str) -> None:
+        del self.cells["cells"][self._index(grade_id)]
+
+    def append_cell(self, source: str) -> None:
+        self.cells["cells"].append({"cell_type": "code", "execution_count": None,
+                                    "metadata": {}, "outputs": [], "source": source})
+
+    def _index(self, grade_id: str) -> int:
+        return next(i for i, c in enumerate(self.cells["cells"]) if c.get("id") == grade_id)
+
+
+# ---- the checks themselves -------------------------------------------------------------
+
+@attack("blank", "all")
+def redefines_task(nb: Notebook, course: dict) -> None:
+    """The issue's attack: ``task`` swallows every exception and prints the pass line."""
+    nb.prepend("answer_unbroadcast", "from contextlib import contextmanager\n\n@contextmanager\n"
+               "def task(name):\n    try:\n        yield\n    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n")
+
+
+@attack("blank", "all")
+def patches_the_labkit(nb: Notebook, course: dict) -> None:
+    nb.prepend("answer_unbroadcast", "import minidist.labkit as kit, minidist.labkit.checks as ch\n"
+               "import minidist.labkit.lab01 as l1\nnothing = lambda *a, **k: None\n"
+               "for module in (kit, ch, l1):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_backward = expect_close = nothing\n")
+
+
+@attack("blank", "all")
+def patches_numpy(nb: Notebook, course: dict) -> None:
+    nb.prepend("answer_unbroadcast", "import numpy as np\n_shape = np.broadcast_shapes\n"
+               "np.isclose = lambda a, b, **k: np.ones(_shape(np.shape(a), np.shape(b)), bool)\n"
+               "np.allclose = np.array_equal = lambda *a, **k: True\n")
+
+
+@attack("blank", "all")
+def reads_frames(nb: Notebook, course: dict) -> None:
+    """The answer looks for its expected value in its callers' frames."""
+    nb.set("answer_unbroadcast", "import sys\n\ndef unbroadcast(grad, shape):\n"
+           "    frame = sys._getframe(1)\n    while frame is not None:\n"
+           "        for value in frame.f_locals.values():\n"
+           "            if getattr(value, 'shape', None) == tuple(shape) and value is not grad:\n"
+           "                return value\n        frame = frame.f_back\n"
+           "    return grad\n")
+
+
+@attack("blank", "all")
+def reads_the_garbage_collector(nb: Notebook, course: dict) -> None:
+    nb.set("answer_unbroadcast", "import gc\nimport numpy as np\n\ndef unbroadcast(grad, shape):\n"
+           "    for value in gc.get_objects():\n"
+           "        if isinstance(value, np.ndarray) and value.shape == tuple(shape) "
+           "and value is not grad:\n            return value\n    return grad\n")
+
+
+@attack("blank", "all")
+def forges_the_reply(nb: Notebook, course: dict) -> None:
+    """Publishes replies of its own, of the grader's type, that say every check passed."""
+    nb.set("answer_unbroadcast", "import json\nfrom IPython.display import publish_display_data\n\n"
+           "def unbroadcast(grad, shape):\n"
+           "    for value in (None, True, 'all checks passed.'):\n"
+           "        publish_display_data({'application/x-minidist-reply': json.dumps("
+           "{'value': value})})\n    raise SystemExit('forged')\n")
+
+
+@attack("blank", "all")
+def returns_an_agreeable_object(nb: Notebook, course: dict) -> None:
+    nb.set("answer_unbroadcast", "class Agree:\n    shape = property(lambda self: self.want)\n"
+           "    def __init__(self, want): self.want = want\n"
+           "    __eq__ = __le__ = __ge__ = lambda self, other: True\n"
+           "    __bool__ = lambda self: True\n    __float__ = lambda self: 0.0\n\n"
+           "def unbroadcast(grad, shape):\n    return Agree(tuple(shape))\n")
+
+
+@attack("blank", "all", keeps=["lab01_unbroadcast"])  # NOT guaranteed: plagiarism (README)
+def copies_the_library(nb: Notebook, course: dict) -> None:
+    nb.set("answer_unbroadcast", "import types\nimport minidist.autograd.ops as ops\n"
+           "unbroadcast = types.FunctionType(ops.unbroadcast.__code__, vars(ops))\n")
+
+
+# ---- the course, the gradebook, other students -----------------------------------------
+
+@attack("blank", "all")
+def writes_the_gradebook(nb: Notebook, course: dict) -> None:
+    nb.append_cell("import glob, sqlite3\nfor path in glob.glob('/tmp/**/gradebook.db', "
+                   "recursive=True):\n    try:\n        db = sqlite3.connect(path)\n"
+                   "        db.execute('update grade set auto_score = max_score')\n"
+                   "        db.commit()\n    except Exception:\n        pass\n")
+
+
+@attack("solution", ["lab01_backward_relu"])
+def edits_and_deletes_checks(nb: Notebook, course: dict) -> None:
+    """Replaces one check by a print (restored from the gradebook) and deletes another."""
+    nb.set("lab01_unbroadcast", "print('Task 1, unbroadcast: all checks passed.')\n")
+    nb.delete("lab01_backward_relu")
+
+
+@attack("solution", [])
+def reads_the_course(nb: Notebook, course: dict) -> None:
+    """Full answers; fails a task if the course, hidden tests or other students are readable."""
+    paths = [course["solutions"], course["tests"], course["submissions"]]
+    nb.prepend("answer_unbroadcast", f"import glob, os\nleaks = []\nfor path in [*{paths!r}, "
+               "*glob.glob('/tmp/minidist-*/**/gradebook.db', recursive=True)]:\n    try:\n"
+               "        if os.listdir(path) if os.path.isdir(path) else open(path).read(1):\n"
+               "            leaks.append(path)\n    except OSError:\n        pass\n"
+               "assert not leaks, f'the sandbox could read {leaks}'\n")
+
+
+@attack("solution", [])
+def uses_the_network(nb: Notebook, course: dict) -> None:
+    """Full answers; fails a task if anything outside the kernel answers a connection."""
+    nb.prepend("answer_unbroadcast", "import socket\nfor host in ('1.1.1.1', '8.8.8.8'):\n"
+               "    try:\n        socket.create_connection((host, 53), timeout=2).close()\n"
+               "        raise AssertionError(f'reached {host}')\n    except OSError:\n"
+               "        pass\n")
+
+
+# ---- the kernel: time, memory, processes, its own death --------------------------------
+
+@attack("solution", [])
+def leaves_a_process(nb: Notebook, course: dict) -> None:
+    nb.append_cell("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+                   f"'import os, time; os.fork() or time.sleep(600)', {TOKEN!r}], "
+                   "start_new_session=True)\n")
+
+
+@attack("solution", [])
+def exhausts_processes(nb: Notebook, course: dict) -> None:
+    nb.append_cell("import subprocess\nchildren = []\nfor _ in range(2000):\n    try:\n"
+                   f"        children.append(subprocess.Popen(['sleep', '600', {TOKEN!r}]))\n"
+                   "    except OSError:\n        break\n")
+
+
+@attack("solution", ["lab01_topological_order"])
+def exhausts_memory(nb: Notebook, course: dict) -> None:
+    """Asks for 128 GiB (untouched): the kernel's address-space limit refuses it."""
+    nb.prepend("answer_topological_order", "import numpy as np\n"
+               "hog = [np.empty(1 << 28) for _ in range(64)]\n")
+
+
+@attack("solution", ["lab01_train_mlp"])
+def loops_in_a_cell(nb: Notebook, course: dict) -> None:
+    nb.prepend("answer_train_mlp", "while True:\n    pass\n")
+
+
+@attack("solution", ["lab01_topological_order"])
+def loops_in_a_check(nb: Notebook, course: dict) -> None:
+    nb.set("answer_topological_order", "def topological_order(root):\n    while True:\n"
+           "        pass\n")
+
+
+@attack("solution", ["lab01_topological_order"])
+def ignores_interrupts(nb: Notebook, course: dict) -> None:
+    """Loops inside a check with SIGINT ignored: the kernel must be killed and restarted."""
+    nb.set("answer_topological_order", "import signal, time\n\ndef topological_order(root):\n"
+           "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n"
+           "        time.sleep(0.1)\n")
+
+
+@attack("solution", ["lab01_train_mlp"])
+def exits_its_kernel(nb: Notebook, course: dict) -> None:
+    nb.set("answer_train_mlp", "import os\nos._exit(3)\n")
+
+
+@attack("solution", ["lab01_unbroadcast", "lab01_backward_mul", "lab01_backward_matmul"])
+def kills_its_kernel(nb: Notebook, course: dict) -> None:
+    """Dies before defining ``unbroadcast``: Tasks 2 and 3, whose answers call it, fail too."""
+    nb.prepend("answer_unbroadcast", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+@attack("text", "all")
+def is_not_a_notebook(nb: Notebook, course: dict) -> str:
+    return "{ this is not a notebook"
+
+
+def filled(released: dict, solution: dict) -> dict:
+    """The release with every answer cell holding the solution's code."""
+    answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
+               for c in solution["cells"]
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    notebook = json.loads(json.dumps(released))
+    for cell in notebook["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell["source"] = "\n".join(line for line in answers[grade_id].split("\n")
+                                       if "### BEGIN SOLUTION" not in line
+                                       and "### END SOLUTION" not in line)
+    return notebook
+
+
+def points(released: dict) -> dict[str, float]:
+    return {c["metadata"]["nbgrader"]["grade_id"]: float(c["metadata"]["nbgrader"]["points"])
+            for c in released["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def write_class(folder: Path, released: dict, solution: dict, course: dict) -> dict[str, float]:
+    """Write every attack as ``<name>_lab01_autograd.ipynb``; return name -> expected score."""
+    tasks = points(released)
+    expected = {}
+    for name, (base, lost, edit) in ATTACKS.items():
+        notebook = Notebook(json.loads(json.dumps(released if base != "solution"
+                                                  else filled(released, solution))))
+        text = edit(notebook, course)
+        path = folder / f"{name}_{LAB}.ipynb"
+        path.write_text(text if isinstance(text, str) else json.dumps(notebook.cells))
+        zero, keeps = lost
+        zero = [t for t in tasks if t not in keeps] if zero == "all" else zero
+        expected[name] = sum(tasks.values()) - sum(tasks[t] for t in zero)
+    return expected
+
+
+def main(folder: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    folder.mkdir(parents=True, exist_ok=True)
+    released = json.loads((root / "labs" / LAB / f"{LAB}.ipynb").read_text())
+    solution = json.loads((root / "solutions" / LAB / f"{LAB}.ipynb").read_text())
+    course = {"solutions": str(root / "solutions"), "tests": str(root / "tests"),
+              "submissions": str(folder.resolve())}
+    expected = write_class(folder, released, solution, course)
+    (folder.parent / f"{folder.name}-expected.json").write_text(json.dumps(expected, indent=1))
+    print(f"{len(expected)} submissions in {folder}; expected scores in "
+          f"{folder.parent / (folder.name + '-expected.json')}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
