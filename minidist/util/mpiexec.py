@@ -17,12 +17,12 @@ MPI and the network fit all start ranks the same way:
   an MPICH rank waiting for a message spins on its core, which then starves
   the very rank it waits for; with this setting it yields the core instead.
 
-Under Open MPI (:func:`mpi_vendor`) the same job needs three more things,
-set in the environment (:data:`OPEN_MPI`) rather than as options, so that
-every command line stays as above: permission to run as root (which Open MPI
-refuses otherwise), permission to start more ranks than the machine has cores
-(which it also refuses: MPICH does not count), and yielding while waiting
-(``mpi_yield_when_idle``); and a hostfile is ``--hostfile``, not ``-f``.
+Under Open MPI (:func:`mpi_vendor`) the same job needs two permissions,
+given in the environment (:data:`OPEN_MPI`) rather than as options, so that
+every command line stays as above: to run as root, and to start more ranks
+than the machine has cores (Open MPI refuses both unless told; MPICH does
+not ask). Its yield is ``OMPI_MCA_mpi_yield_when_idle=1`` (:data:`YIELD`),
+and a hostfile is ``--hostfile``, not ``-f``.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ from pathlib import Path
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # Open MPI 5's mpiexec (PRRTE) refuses root and more ranks than cores unless told
-OPEN_MPI = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-            "OMPI_MCA_mpi_yield_when_idle": "1"}
+OPEN_MPI = {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
 OPEN_MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# a rank waiting for a message yields its core (when ranks outnumber cores)
+YIELD = {"mpich": {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"},
+         "openmpi": {"OMPI_MCA_mpi_yield_when_idle": "1"}}
 
 
 def mpiexec_path() -> Path:
@@ -60,12 +62,13 @@ def mpi_vendor() -> str:
 
 
 def rank_environment(ranks: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default ``os.environ``) with one thread per rank, and MPICH yielding its
+    """``base`` (default ``os.environ``) with one thread per rank, and the MPI yielding its
     core when ``ranks`` outnumber the cores; under Open MPI, :data:`OPEN_MPI` too."""
     env = dict(os.environ if base is None else base, **ONE_THREAD)
+    vendor = mpi_vendor()
     if ranks > (os.cpu_count() or 1):
-        env["MPIR_CVAR_ENABLE_HEAVY_YIELD"] = "1"
-    if mpi_vendor() == "openmpi":
+        env.update(YIELD[vendor])
+    if vendor == "openmpi":
         env.update(OPEN_MPI, **(OPEN_MPI_AS_ROOT if os.geteuid() == 0 else {}))
     return env
 
