@@ -33,8 +33,8 @@ How the "mpi" backend ships a function to other processes:
    (:func:`~minidist.comm.transport.mpirun.run_job`).
 
 Options of the "mpi" backend: ``hostfile=`` (a file of host names, passed
-as ``-f``, MPICH's spelling), ``mpiexec_args=[...]`` (given to mpiexec
-verbatim, before ``-n``: ``["-genv", "NAME", "value"]``, ``["-ppn", "2"]``),
+as MPICH's ``-f`` or Open MPI's ``--hostfile``), ``mpiexec_args=[...]`` (given
+to mpiexec verbatim, before ``-n``: ``util.mpiexec.env_args("NAME", "value")``),
 ``workdir=`` (where the temporary directory is made). Across hosts, every
 host needs this Python environment at the same path and ``workdir`` on a
 filesystem they all see. Options of the "local" backend are those of
