@@ -14,7 +14,8 @@ commands, rather than through menus:
    cell ran, none holds an error, every graded cell printed its task's pass
    line ("Task N, ...: all checks passed.");
 3. click nbgrader's Validate button (a real mouse click) and read the dialog it
-   opens: "Success! Your notebook passes all the tests.".
+   opens: "Success! Your notebook passes all the tests."; and the app logged
+   no console error meanwhile.
 
 And Validate on an untouched release (the quickest lab's) names every graded
 cell as failed, each with its task's "not done yet" sentence.
@@ -197,6 +198,7 @@ READ_CELLS = """__lab.content.model.toJSON().cells.filter(c => c.cell_type === '
 def test_lab_runs_and_validates_in_jupyterlab(lab, lab_page):
     page, limits = lab_page, limits_for(lab)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    logged = len(page.errors)
     open_notebook(page, f"{lab}/{released_notebook(lab).name}")               # 1.
 
     # 2. run all cells; the command's promise settles when the last one is done
@@ -231,6 +233,7 @@ def test_lab_runs_and_validates_in_jupyterlab(lab, lab_page):
     (SCREENSHOTS / f"{lab}_validate.png").write_bytes(page.screenshot())
     assert "validation-success" in result["kinds"], f"{lab}: {result['text']}"
     assert "Success! Your notebook passes all the tests." in result["text"]
+    assert page.errors[logged:] == [], f"{lab}: JupyterLab logged console errors"
 
 
 @pytest.mark.timeout(900)
