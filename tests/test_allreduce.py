@@ -174,7 +174,7 @@ def _errors_on_every_rank(p: int, call) -> list[str]:
         except (ValueError, TypeError) as err:
             return f"{type(err).__name__}: {err}"
         return "no error"
-    return LocalCluster(p, recv_timeout=5.0).run(body, timeout=30)
+    return LocalCluster(p).run(body, timeout=30)
 
 
 @pytest.mark.timeout(60)

@@ -174,7 +174,7 @@ def _messages(p: int, call) -> list[str]:
         except (ValueError, TypeError) as err:
             return str(err)
         return "no error"
-    return LocalCluster(p, recv_timeout=5.0).run(body, timeout=30)
+    return LocalCluster(p).run(body, timeout=30)
 
 
 @pytest.mark.timeout(60)

@@ -27,18 +27,22 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 @pytest.mark.timeout(60)
 def test_a_sleeping_rank_makes_every_rank_wait_and_the_trace_shows_it(tmp_path):
+    """In-process ranks take turns on one thread, so DataParallel reduces its buckets after
+    backward, on the main lane: a fast rank's wait for the straggler is inside those
+    allreduces (comm), not a wait for a communication thread."""
     results = md.launch(straggler_trial, 3, args=(SIZES, BATCH, STEPS, DELAY, 2),
                         backend="local", timeout=50)
     totals = summarize([r["trace"] for r in results])
+    after_backward = [total["comm"] + total["wait"] for total in totals]
     for rank, (result, total) in enumerate(zip(results, totals, strict=True)):
         assert result["own_step"] >= DELAY  # every rank's step pays the straggler's delay
         kinds = [kind for kind, *_ in result["trace"]]
-        assert kinds.count("compute") == kinds.count("wait") == STEPS
+        assert kinds.count("compute") == STEPS and kinds.count("comm") >= STEPS
         if rank != 2:  # fast ranks: most of the delay is spent waiting after backward
-            assert total["wait"] >= 0.5 * STEPS * DELAY
-            assert total["compute"] < total["wait"]
+            assert after_backward[rank] >= 0.5 * STEPS * DELAY
+            assert total["compute"] < after_backward[rank]
     assert totals[2]["compute"] >= STEPS * DELAY  # the straggler sleeps inside its compute
-    assert totals[2]["wait"] < min(totals[0]["wait"], totals[1]["wait"])
+    assert after_backward[2] < min(after_backward[0], after_backward[1])
 
     path = tmp_path / "timeline.png"
     plot_timeline([r["trace"] for r in results], path)

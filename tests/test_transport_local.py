@@ -352,9 +352,9 @@ def test_a_failed_rank_gives_its_peers_errors_not_a_hang(fail_after):
         for _ in range(3):
             c.sendrecv(np.ones(2), (c.rank + 1) % c.size, np.empty(2), (c.rank - 1) % c.size)
 
-    # the peers learn of the failure at once: waiting out recv_timeout would hang the test
+    # the peers learn of the failure as soon as nobody can run, not after a timeout
     with pytest.raises(RankError, match=r"rank 2 raised RankFailure") as info:
-        run(ring_steps, 4, failures={2: fail_after}, recv_timeout=600)
+        run(ring_steps, 4, failures={2: fail_after})
     assert info.value.rank == 2 and "injected failure" in str(info.value)
 
 
@@ -365,7 +365,7 @@ def test_a_rank_exception_is_reraised_with_rank_and_traceback():
         c.recv(np.empty(1), 3)
 
     with pytest.raises(RankError, match="rank 3 raised ZeroDivisionError") as info:
-        run(fn, 4, recv_timeout=60)
+        run(fn, 4)
     assert "in fn" in info.value.traceback_text
     assert isinstance(info.value.__cause__, ZeroDivisionError)
 
@@ -380,7 +380,7 @@ def test_unmatched_recv_names_rank_peer_and_tag():
 
     with pytest.raises(RankError, match=r"rank 2: recv from rank 1 tag 7 never matched "
                                         r"\(rank 1 finished\)"):
-        run(fn, 3, recv_timeout=60)
+        run(fn, 3)
 
 
 @pytest.mark.timeout(20)
@@ -388,8 +388,8 @@ def test_deadlock_is_found_at_once_and_explained():
     def fn(c):  # 2 waits for 1, 1 waits for 0, 0 waits for 2: nobody ever sends
         c.recv(np.empty(1), (c.rank - 1) % c.size, tag=7)
 
-    with pytest.raises(RankError) as info:  # a timeout would say "not matched within 600 s"
-        run(fn, 3, recv_timeout=600)
+    with pytest.raises(RankError) as info:
+        run(fn, 3)
     rank = info.value.rank
     assert f"rank {rank}: recv from rank {(rank - 1) % 3} tag 7 never matched (deadlock: " \
            f"rank {(rank - 1) % 3} is blocked in recv from rank {(rank - 2) % 3} tag 7)" \
@@ -406,23 +406,6 @@ def test_sends_above_the_eager_limit_deadlock_like_mpi():
     assert run(send_first, 2)[0] == [1.0, 1.0]  # buffered: fine
     with pytest.raises(RankError, match=r"send to rank \d tag 0 never matched \(deadlock"):
         run(send_first, 2, eager_limit=64)
-
-
-def test_a_peer_still_computing_hits_the_real_time_timeout():
-    released = threading.Event()  # rank 1 computes until rank 0's receive has given up
-
-    def fn(c):
-        if c.rank == 1:
-            released.wait(60)
-        else:
-            try:
-                c.recv(np.empty(1), 1, tag=4)
-            finally:
-                released.set()
-
-    with pytest.raises(RankError, match=r"rank 0: recv from rank 1 tag 4 not matched within "
-                                        r"0.2 s \(rank 1 is still running\)"):
-        run(fn, 2, recv_timeout=0.2)
 
 
 def test_a_run_that_outlives_its_timeout_raises():

@@ -8,15 +8,16 @@ when any input requires a gradient, records the op in the graph so that
 ``Tensor.backward()`` can call its backward later.
 
 Recording can be switched off with ``no_grad()`` (and back on inside it with
-``enable_grad()``); the switch is per thread, because the in-process transport
-runs ranks as threads of one process. ``observe_ops(observer)`` shows every op
-a thread applies to an observer: ``checkpoint`` finds the tensors a function
+``enable_grad()``); the switch is a context variable, so each thread, and each
+rank of the in-process transport (a task that may pause inside ``no_grad``
+while another rank runs), has its own. ``observe_ops(observer)`` shows every op
+a rank applies to an observer: ``checkpoint`` finds the tensors a function
 uses that way, ``saved_bytes`` counts what the recorded ops keep.
 """
 
 from __future__ import annotations
 
-import threading
+import contextvars
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,66 +25,57 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from minidist.autograd.tensor import Tensor
 
-_grad_mode = threading.local()
+_enabled = contextvars.ContextVar("minidist_grad_enabled", default=True)
+_observers: contextvars.ContextVar[tuple] = contextvars.ContextVar("minidist_op_observers",
+                                                                  default=())
+_callbacks: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "minidist_backward_callbacks", default=None)
 
 
 def is_grad_enabled() -> bool:
-    """True unless this thread is inside ``no_grad()``."""
-    return getattr(_grad_mode, "enabled", True)
+    """True unless this thread (or in-process rank) is inside ``no_grad()``."""
+    return _enabled.get()
 
 
 @contextmanager
+def _set(var: contextvars.ContextVar, value: Any):
+    token = var.set(value)
+    try:
+        yield value
+    finally:
+        var.reset(token)
+
+
 def no_grad():
     """Run a block without recording a graph (evaluation, optimiser updates)."""
-    previous = is_grad_enabled()
-    _grad_mode.enabled = False
-    try:
-        yield
-    finally:
-        _grad_mode.enabled = previous
+    return _set(_enabled, False)
 
 
-@contextmanager
 def enable_grad():
     """Record a graph again inside ``no_grad()`` (checkpoint's recomputation in backward)."""
-    previous = is_grad_enabled()
-    _grad_mode.enabled = True
-    try:
-        yield
-    finally:
-        _grad_mode.enabled = previous
+    return _set(_enabled, True)
 
 
-@contextmanager
 def observe_ops(observer: Callable[[Context], None]):
-    """Call ``observer(ctx)`` after every op this thread applies in the block, recorded
+    """Call ``observer(ctx)`` after every op this rank applies in the block, recorded
     or not (``ctx.parents`` is empty when the op was not recorded). Outside such a
-    block, applying an op costs one attribute read more."""
-    outer = getattr(_grad_mode, "observers", ())
-    _grad_mode.observers = (*outer, observer)
-    try:
-        yield
-    finally:
-        _grad_mode.observers = outer
+    block, applying an op costs one lookup more."""
+    return _set(_observers, (*_observers.get(), observer))
 
 
 @contextmanager
 def _backward_callbacks():
     """Collect callbacks queued during one backward pass; run them when it ends."""
-    outer = getattr(_grad_mode, "callbacks", None)
-    _grad_mode.callbacks = []
-    try:
+    with _set(_callbacks, []) as callbacks:
         yield
-        for callback in _grad_mode.callbacks:
+        for callback in callbacks:
             callback()
-    finally:
-        _grad_mode.callbacks = outer
 
 
 def queue_callback(callback) -> None:
     """Run ``callback()`` once the backward pass now running has finished
     (data parallelism waits for its last gradient buckets there)."""
-    callbacks = getattr(_grad_mode, "callbacks", None)
+    callbacks = _callbacks.get()
     if callbacks is None:
         raise RuntimeError("queue_callback() is only valid while backward() runs")
     callbacks.append(callback)
@@ -136,6 +128,6 @@ class Function:
             ctx.parents = [x for x, need in zip(inputs, needs, strict=True) if need]
             out.requires_grad = True
             out._ctx = ctx
-        for observer in getattr(_grad_mode, "observers", ()):
+        for observer in _observers.get():
             observer(ctx)
         return out

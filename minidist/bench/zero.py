@@ -3,7 +3,7 @@
     python -m minidist.bench.zero                     # the course MLP [64, 256, 10], Adam, float32
     python -m minidist.bench.zero --sizes 784,1024,1024,10 --ranks 1,2,4,8,16 --optimizer sgd
 
-P in-process ranks (threads; the transport counts every byte) train two
+P in-process ranks (the transport counts every byte) train two
 steps of an MLP on random data with each strategy: ``DataParallel`` and an
 optimiser, then ``ShardedOptimizer`` at stages 1 and 2. After the second
 step every rank counts the model states it holds, from its arrays

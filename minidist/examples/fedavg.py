@@ -8,7 +8,7 @@ K clients hold shards of the digits' training set; each round they pull the
 global model from a parameter server, train E epochs on their own shard and
 push their change; the servers form the average weighted by shard size
 (``minidist.parallel.ps.fedavg`` says how, and what a round costs). Without
-``mpirun`` the ranks are in-process threads (``LocalCluster``); under it,
+``mpirun`` the ranks are in-process tasks (``LocalCluster``); under it,
 ``comm.world()``'s ranks: 0..S-1 serve, the others are the clients.
 
 The same MLP is trained three ways, on the same number of sample gradients

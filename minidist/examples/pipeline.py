@@ -4,7 +4,7 @@
     mpirun -n 2 python -m mpi4py -m minidist.examples.pipeline --schedule 1f1b --gantt 1f1b.png
     mpirun -n 3 python -m mpi4py -m minidist.examples.pipeline --hidden 256 256 --rematerialise
     python -m minidist.examples.pipeline                  # one process: the whole model
-    python -m minidist.examples.pipeline --ranks 2        # two in-process ranks (threads)
+    python -m minidist.examples.pipeline --ranks 2        # two in-process ranks
 
 The same model, data and hyper-parameters as ``minidist.examples.mlp``
 (MLP([64, 256, 10]), Adam, batches of 32, 20 epochs; ``--hidden 256 256``

@@ -16,7 +16,7 @@ than ``--staleness`` clocks ahead of the slowest; ``asp``, none.
 ``--straggler RANK:FACTOR`` makes the worker of rank RANK FACTOR times slower.
 Under MPI it really sleeps, before each push, (FACTOR-1)× its own step as
 measured (pull and gradient; the median of its last few steps, from its
-second step on). Without mpirun, ``--ranks`` ranks run as threads of this
+second step on). Without mpirun, ``--ranks`` ranks run as tasks of this
 process on a modelled clock: each step costs ``--compute`` modelled seconds,
 FACTOR times that on the straggler, and a run is the same to the bit every time.
 

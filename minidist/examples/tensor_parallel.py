@@ -2,7 +2,7 @@
 
     mpirun -n 2 python -m mpi4py -m minidist.examples.tensor_parallel             # TP = 2
     mpirun -n 4 python -m mpi4py -m minidist.examples.tensor_parallel --steps 100
-    python -m minidist.examples.tensor_parallel --ranks 2    # two in-process ranks (threads)
+    python -m minidist.examples.tensor_parallel --ranks 2    # two in-process ranks
     python -m minidist.examples.tensor_parallel              # one process: the whole blocks
 
 The model is the course's transformer (``minidist.models.transformer``:

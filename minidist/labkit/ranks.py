@@ -1,7 +1,7 @@
 """Running an answer on P in-process ranks and reading what it sent: shared by Labs 2-5.
 
 A multi-rank check runs the function under test on in-process ranks
-(:class:`~minidist.comm.LocalCluster`, ranks as threads), each rank with its
+(:class:`~minidist.comm.LocalCluster`, ranks as cooperative tasks), each rank with its
 own input (:func:`rank_inputs`), through :func:`run_ranks`, then compares
 two things with what the algorithm must give:
 
@@ -22,9 +22,9 @@ instead of hanging).
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import pkgutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -111,29 +111,30 @@ def run_ranks(body: Callable[[Any], Any], world_size: int, what: str,
     return results, cluster.stats
 
 
-_clock_of_this_thread = threading.local()
+_clock_of_this_rank: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "minidist_modelled_clock", default=None)
 
 
 def clocked(body: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``body``, its rank's modelled clock made the clock of its thread while it runs."""
+    """``body``, its rank's modelled clock made the clock of that rank while it runs."""
     def timed(c: Any) -> Any:
-        _clock_of_this_thread.stats = c.stats
+        token = _clock_of_this_rank.set(c.stats)
         try:
             return body(c)
         finally:
-            _clock_of_this_thread.stats = None
+            _clock_of_this_rank.reset(token)
 
     return timed
 
 
 @contextmanager
 def perf_counter_reads_the_modelled_clock(active: bool = True) -> Iterator[None]:
-    """While it lasts (if ``active``), ``time.perf_counter()`` on the thread of a rank that
-    runs a ``clocked`` body returns that rank's modelled clock; elsewhere, the real one."""
+    """While it lasts (if ``active``), ``time.perf_counter()`` in a rank that runs a
+    ``clocked`` body returns that rank's modelled clock; elsewhere, the real one."""
     real = time.perf_counter
 
     def modelled() -> float:
-        stats = getattr(_clock_of_this_thread, "stats", None)
+        stats = _clock_of_this_rank.get()
         return real() if stats is None else stats.clock
 
     if active:

@@ -222,9 +222,11 @@ class _BackwardEntry(Function):
 
 
 def threads_allowed(comm: Communicator) -> bool:
-    """A background thread may call MPI only if MPI was started with thread support."""
+    """A background thread may call MPI only if MPI was started with thread support; the
+    in-process transport's ranks are cooperative tasks of one thread, which another
+    thread cannot join: there buckets are reduced at the end of backward."""
     if getattr(comm, "mpi_comm", None) is None:
-        return True
+        return False
     from mpi4py import MPI
 
     return MPI.Query_thread() >= MPI.THREAD_SERIALIZED

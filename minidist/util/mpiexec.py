@@ -50,7 +50,7 @@ def mpiexec_path() -> Path:
     mpiexec = Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         raise FileNotFoundError(f"{mpiexec} not found (the mpiexec of this environment): "
-                                "pip install mpich (md.launch also runs ranks as threads: "
+                                "pip install mpich (md.launch also runs ranks in-process: "
                                 "backend='local')")
     return mpiexec
 

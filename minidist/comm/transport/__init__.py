@@ -2,8 +2,9 @@
 
 - ``communicator``: the interface every transport offers and every algorithm uses;
 - ``mpi``: real processes, through mpi4py's buffer methods;
-- ``local``, ``fabric``, ``cluster``: ranks as threads in one process, with counted
-  traffic, a modelled clock, stragglers and failures;
+- ``local``, ``fabric``, ``cluster``, ``scheduler``: ranks as cooperative tasks in one
+  process (greenlets taking turns), with counted traffic, a modelled clock, stragglers
+  and failures;
 - ``stats``, ``trace``: what a rank sent and received; ``MINIDIST_TRACE=1``;
 - ``world``: the communicator of this job; ``launch``: run a function on P ranks.
 """

@@ -1,6 +1,6 @@
 """Running a function on P in-process ranks: a cluster on one laptop, in one process.
 
-``run_local(fn, P)`` starts P threads, gives each a
+``run_local(fn, P)`` starts P ranks (cooperative tasks, ``scheduler.py``), gives each a
 :class:`~minidist.comm.transport.local.LocalCommunicator` of one shared
 fabric, runs ``fn(comm, *args)`` on every rank and returns the P results
 in rank order. A :class:`LocalCluster` does the same and keeps each rank's
@@ -16,18 +16,19 @@ receives from it can never match), and the caller gets a
 :class:`~minidist.comm.errors.RankError` naming the rank whose exception
 came first (the cause, not the peers' consequences), with its traceback.
 
-Threads share the interpreter, so P ranks do not compute P times faster:
-the *modelled* clock, not the wall clock, is this transport's measure of
-speed. A rank that computes forever cannot be stopped: after ``timeout``
-seconds the run raises ``TimeoutError`` and leaves such threads behind
-(they are daemons; their next communication raises).
+The ranks take turns on one thread, so P ranks do not compute P times
+faster: the *modelled* clock, not the wall clock, is this transport's
+measure of speed. They run on a thread of their own, so that the caller
+can give up: a rank that computes forever cannot be stopped, but after
+``timeout`` seconds the run raises ``TimeoutError`` and leaves that thread
+behind (a daemon; the ranks' next communication raises).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,10 +37,9 @@ from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankError, RankFailure
 from minidist.comm.transport.fabric import Fabric
 from minidist.comm.transport.local import LocalCommunicator, RankState, Straggler
+from minidist.comm.transport.scheduler import run_ranks
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_enabled
-
-DEFAULT_RECV_TIMEOUT = 10.0  # real seconds a receive may wait when no deadlock is proven
 
 
 class LocalCluster:
@@ -53,8 +53,6 @@ class LocalCluster:
     - ``failures``: ``{rank: k}``: the rank's first ``k`` communication
       calls work (send, recv, isend, irecv, barrier, split; a sendrecv is an
       irecv and an isend), the next raises ``RankFailure``.
-    - ``recv_timeout``: real seconds a blocked call waits when no deadlock
-      can be proven (a peer still computing) before raising.
     - ``eager_limit``: sends above this many bytes wait for their receive.
     - ``trace``: print every message (default: ``MINIDIST_TRACE``).
     """
@@ -62,7 +60,6 @@ class LocalCluster:
     def __init__(self, world_size: int, network: NetworkModel | None = None,
                  stragglers: Mapping[int, Straggler | float] | None = None,
                  failures: Mapping[int, int] | None = None,
-                 recv_timeout: float = DEFAULT_RECV_TIMEOUT,
                  eager_limit: int | None = None, trace: bool | None = None) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -75,14 +72,13 @@ class LocalCluster:
         self.stragglers = {r: s if isinstance(s, Straggler) else Straggler(delay=float(s))
                            for r, s in (stragglers or {}).items()}
         self.failures = dict(failures or {})
-        self.recv_timeout = recv_timeout
         self.eager_limit = eager_limit
         self.trace = trace_enabled() if trace is None else trace
         self.stats: list[LocalStats] = [LocalStats() for _ in range(world_size)]
 
     def communicators(self) -> list[LocalCommunicator]:
         """Fresh world communicators, one per rank, on a new fabric (resets ``stats``)."""
-        fabric = Fabric(self.world_size, self.recv_timeout)
+        fabric = Fabric(self.world_size)
         states = [RankState(rank, self.network, self.stragglers.get(rank, Straggler()),
                             self.failures.get(rank), self.eager_limit, self.trace)
                   for rank in range(self.world_size)]
@@ -92,7 +88,7 @@ class LocalCluster:
 
     def run(self, fn: Callable[..., Any], args: tuple = (), timeout: float | None = 60.0
             ) -> list[Any]:
-        """``[fn(comm, *args) for every rank]``, each rank in its own thread."""
+        """``[fn(comm, *args) for every rank]``, the ranks taking turns on one thread."""
         comms = self.communicators()
         fabric = comms[0].fabric
         results: list[Any] = [None] * self.world_size
@@ -107,11 +103,10 @@ class LocalCluster:
                 errors[comm.rank] = (next(order), err, traceback.format_exc())
                 fabric.end(comm.rank, f"failed with {type(err).__name__}")
 
-        threads = [threading.Thread(target=body, args=(c,), name=f"minidist-rank-{c.rank}",
-                                    daemon=True) for c in comms]
-        for thread in threads:
-            thread.start()
-        _join_all(threads, timeout, fabric, fn)
+        runner = threading.Thread(target=run_ranks, name="minidist-ranks", daemon=True,
+                                  args=(fabric, [functools.partial(body, c) for c in comms]))
+        runner.start()
+        _join(runner, timeout, fabric, fn)
         if errors:
             rank, (_, err, text) = min(errors.items(), key=_cause_first)
             raise RankError(rank, f"{type(err).__name__}: {err}", text) from err
@@ -132,19 +127,17 @@ def _cause_first(item: tuple[int, tuple[int, BaseException, str]]) -> tuple[bool
     return consequence, when
 
 
-def _join_all(threads: list[threading.Thread], timeout: float | None, fabric: Fabric,
-              fn: Callable[..., Any]) -> None:
-    """Wait for every rank; after ``timeout`` s abort the fabric and raise TimeoutError."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+def _join(runner: threading.Thread, timeout: float | None, fabric: Fabric,
+          fn: Callable[..., Any]) -> None:
+    """Wait for the ranks' thread; after ``timeout`` s abort the fabric and raise."""
     try:
-        for thread in threads:
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        runner.join(timeout)
     except BaseException:  # e.g. Ctrl-C in a notebook: blocked ranks raise and end
         fabric.abort("the caller was interrupted")
         raise
-    running = [t.name for t in threads if t.is_alive()]
-    if running:
+    if runner.is_alive():
         fabric.abort(f"the run timed out after {timeout} s")
+        running = [f"rank {r}" for r in range(fabric.size) if r not in fabric.ended]
         name = getattr(fn, "__name__", repr(fn))
         raise TimeoutError(f"local run of {name} did not finish within {timeout} s "
                            f"(still running: {', '.join(running)})")

@@ -1,7 +1,7 @@
 """The Communicator interface: what every transport offers and every algorithm uses.
 
 Collectives and allreduce algorithms are written once against these methods;
-two transports implement them: MPI (``transport/mpi.py``) and ranks-as-threads
+two transports implement them: MPI (``transport/mpi.py``) and ranks-as-tasks
 in one process (``transport/local.py``). Buffers are contiguous arrays; a
 receive fills the array it is given (no pickling on a hot path).
 """

@@ -1,7 +1,8 @@
-"""The wires between in-process ranks: mailboxes, matching, and waiting without hanging.
+"""The wires between in-process ranks: mailboxes, matching, and waiting that explains itself.
 
-All ranks of an in-process run are threads sharing one :class:`Fabric`.
-It does three things, all under one lock (one condition variable):
+All ranks of an in-process run share one :class:`Fabric`. The ranks are
+cooperative tasks (``scheduler.py``): one runs at a time, and it gives the
+turn away only when it must wait. The fabric does three things:
 
 1. **Matching, as MPI does it.** A message is addressed by
    ``(communicator, source, dest, tag)``. Messages with the same address
@@ -11,23 +12,25 @@ It does three things, all under one lock (one condition variable):
 2. **Collective rendezvous** (barrier, split): every member puts a value
    on a table and waits until all members have; each gets the whole table.
 3. **Blocking that explains itself.** A rank that must wait says what for
-   (e.g. ``recv from rank 1 tag 7``) and whose action would release it.
-   While it waits the fabric checks, each time anything changes, whether
-   the wait has become hopeless:
+   (e.g. ``recv from rank 1 tag 7``) and whose action would release it,
+   then yields. Whatever could complete its wait (a message for it, a
+   receive matching its rendezvous send, the last member at its table)
+   puts it back on the run queue. When no rank can run and some still wait,
+   the fabric decides, exactly and at once:
 
-   - a rank it waits for has finished or failed, or
-   - every rank still running is waiting and none of their waits can
-     complete: a deadlock. Each blocked rank then raises an error naming
-     its own wait and what its peer is stuck in.
+   - a wait that can complete now (a ``wait_any`` whose peer ended) resumes;
+   - a wait on a rank that has finished or failed can never complete: its
+     rank gets an error naming the wait and that peer's end;
+   - otherwise every waiting rank waits on another waiting rank: a
+     deadlock. Each gets an error naming its own wait and what its peer is
+     blocked in.
 
-   A wait that is neither done nor provably hopeless after ``recv_timeout``
-   real seconds raises too (a peer may be computing forever).
+   No real time is involved, so a busy machine cannot turn a slow rank
+   into a reported deadlock, and a run is the same every time.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -37,22 +40,42 @@ import numpy as np
 from minidist.comm.errors import CommError
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
-    """One message in flight: a private copy of the data plus its modelled history."""
+    """One message in flight: its data plus its modelled history.
+
+    ``data`` is the sender's buffer until :meth:`Fabric.deliver` copies it,
+    straight into a posted receive's buffer when one matches, else into a
+    private copy that waits in the mailbox: a send never shares memory
+    with its receiver, and the sender may reuse its buffer at once.
+    """
 
     data: np.ndarray
     start: float  # when the transfer began, on the sender's clock (seconds)
     start_round: float  # the same, on its rounds clock
+    sender: int  # world rank, woken when a rendezvous message is matched
     rendezvous: bool = False  # the sender waits until a receive has matched it
     matched: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class PostedRecv:
     """A receive waiting for its message (``message`` is set once matched)."""
 
+    buf: np.ndarray
     message: Message | None = None
+
+    def take(self, message: Message) -> None:
+        """Match ``message``; its data lands in ``buf`` if it fits (else the receiver's
+        completion reports the mismatch, on the receiver's rank)."""
+        data, buf = message.data, self.buf
+        if data.dtype == buf.dtype and data.size == buf.size:
+            buf.reshape(-1)[...] = data.reshape(-1)
+            message.data = buf
+        else:
+            message.data = data.copy()
+        message.matched = True
+        self.message = message
 
 
 @dataclass
@@ -67,112 +90,134 @@ class Wait:
 
 @dataclass
 class Fabric:
-    """Shared state of one in-process run of ``size`` ranks (threads)."""
+    """Shared state of one in-process run of ``size`` ranks."""
 
     size: int
-    recv_timeout: float = 10.0
-    cond: threading.Condition = field(default_factory=threading.Condition)
     mailboxes: dict[Hashable, deque[Message]] = field(default_factory=lambda: defaultdict(deque))
     posted: dict[Hashable, deque[PostedRecv]] = field(default_factory=lambda: defaultdict(deque))
     tables: dict[Hashable, dict[int, object]] = field(default_factory=dict)
     readers: dict[Hashable, int] = field(default_factory=dict)
     waiting: dict[int, Wait] = field(default_factory=dict)  # world rank -> its wait
     ended: dict[int, str] = field(default_factory=dict)  # world rank -> "finished"/"failed: .."
-    verdicts: dict[int, str] = field(default_factory=dict)  # deadlock errors to raise
+    verdicts: dict[int, str] = field(default_factory=dict)  # errors to raise on resuming
+    turns: deque[int] = field(default_factory=deque)  # ranks that may go on, in order
+    queued: set[int] = field(default_factory=set)  # the ranks in ``turns``
     aborted: str | None = None
+    yield_turn: Callable[[], None] | None = None  # set by the scheduler running the ranks
 
     # --- 1. matching -------------------------------------------------------------
-    def deliver(self, address: Hashable, message: Message) -> None:
-        """Hand ``message`` to the oldest receive posted for ``address``, else queue it."""
-        with self.cond:
-            receivers = self.posted.get(address)
-            if receivers:
-                receivers.popleft().message = message
-                message.matched = True
-            else:
-                self.mailboxes[address].append(message)
-            self.cond.notify_all()
+    def deliver(self, address: Hashable, message: Message, receiver: int) -> None:
+        """Hand ``message`` to the oldest receive posted for ``address``, else queue it;
+        ``receiver`` (a world rank) is woken if it waits."""
+        receivers = self.posted.get(address)
+        if receivers:
+            receivers.popleft().take(message)
+            self.wake(receiver)
+        else:
+            message.data = message.data.copy()
+            self.mailboxes[address].append(message)
 
-    def post_recv(self, address: Hashable) -> PostedRecv:
-        """Take the oldest queued message for ``address``, else register the receive."""
-        with self.cond:
-            receive = PostedRecv()
-            queued = self.mailboxes.get(address)
-            if queued:
-                receive.message = queued.popleft()
-                receive.message.matched = True
-                self.cond.notify_all()  # a rendezvous sender may be waiting for this
-            else:
-                self.posted[address].append(receive)
-            return receive
+    def post_recv(self, address: Hashable, buf: np.ndarray) -> PostedRecv:
+        """Take the oldest queued message for ``address`` into ``buf``, else register the
+        receive."""
+        receive = PostedRecv(buf)
+        queued = self.mailboxes.get(address)
+        if queued:
+            message = queued.popleft()
+            receive.take(message)
+            if message.rendezvous:
+                self.wake(message.sender)
+        else:
+            self.posted[address].append(receive)
+        return receive
 
     # --- 2. collective rendezvous -----------------------------------------------------
     def exchange(self, world_rank: int, round_id: Hashable, members: list[int],
                  local_rank: int, value: object, what: str) -> dict[int, object]:
         """Every member of ``members`` adds ``value``; returns all values by local rank."""
-        with self.cond:
-            table = self.tables.setdefault(round_id, {})
-            table[local_rank] = value
-            self.cond.notify_all()
+        table = self.tables.setdefault(round_id, {})
+        table[local_rank] = value
+        if len(table) == len(members):
+            for member in members:
+                self.wake(member)
 
-            def missing() -> list[tuple[int, int]]:
-                return [(r, w) for r, w in enumerate(members) if r not in table]
+        def missing() -> list[tuple[int, int]]:
+            return [(r, w) for r, w in enumerate(members) if r not in table]
 
-            self.block_until(world_rank, Wait(local_rank, what, lambda: not missing(), missing))
-            self.readers[round_id] = self.readers.get(round_id, 0) + 1
-            if self.readers[round_id] == len(members):  # the last reader cleans up
-                del self.tables[round_id], self.readers[round_id]
-            return dict(table)
+        self.block_until(world_rank, Wait(local_rank, what,
+                                          lambda: len(table) == len(members), missing))
+        self.readers[round_id] = self.readers.get(round_id, 0) + 1
+        if self.readers[round_id] == len(members):  # the last reader cleans up
+            del self.tables[round_id], self.readers[round_id]
+        return dict(table)
 
     # --- 3. blocking that explains itself -----------------------------------------
     def block_until(self, world_rank: int, wait: Wait) -> None:
-        """Return when ``wait.done()``; raise :class:`CommError` once it never can be."""
-        with self.cond:
-            if wait.done():
-                return
-            self.waiting[world_rank] = wait
-            self.cond.notify_all()  # others re-check for a deadlock that includes us
-            deadline = time.monotonic() + self.recv_timeout
-            try:
-                while not wait.done():
-                    self._raise_if_hopeless(world_rank, wait)
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise CommError(f"rank {wait.rank}: {wait.what} not matched within "
-                                        f"{self.recv_timeout} s ({self._explain(wait)})")
-                    self.cond.wait(remaining)
-            finally:
-                del self.waiting[world_rank]
+        """Return when ``wait.done()``; raise :class:`CommError` once it never can be.
+        (``wait`` may be anything with Wait's four members: a request is its own.)"""
+        if wait.done():
+            return
+        self.waiting[world_rank] = wait
+        try:
+            while True:
+                if self.aborted:
+                    raise CommError(f"rank {wait.rank}: {wait.what} abandoned: {self.aborted}")
+                if world_rank in self.verdicts:
+                    raise CommError(self.verdicts.pop(world_rank))
+                if wait.done():
+                    return
+                if self.yield_turn is not None:
+                    self.yield_turn()  # back when woken, or when nobody can run
+                else:  # a rank of its own (a world of one): nobody else can release it
+                    self.settle()
+        finally:
+            del self.waiting[world_rank]
+
+    def wake(self, world_rank: int) -> None:
+        """Something a waiting rank waits for may have happened: give it a turn to look."""
+        if world_rank in self.waiting:
+            self.queue_turn(world_rank)
+
+    def queue_turn(self, world_rank: int) -> None:
+        if world_rank not in self.queued:
+            self.queued.add(world_rank)
+            self.turns.append(world_rank)
+
+    def pass_turn(self, world_rank: int) -> None:
+        """Let the other ranks run before this one goes on (a request that tested
+        incomplete: it cannot complete unless someone else runs)."""
+        if self.yield_turn is not None:
+            self.queue_turn(world_rank)
+            self.yield_turn()
 
     def end(self, world_rank: int, how: str) -> None:
-        """Record that a rank's function returned or raised; wake whoever waits on it."""
-        with self.cond:
-            self.ended[world_rank] = how
-            self.cond.notify_all()
+        """Record that a rank's function returned or raised."""
+        self.ended[world_rank] = how
 
     def abort(self, reason: str) -> None:
         """Make every blocked and every later communication raise ``reason``."""
-        with self.cond:
-            self.aborted = reason
-            self.cond.notify_all()
+        self.aborted = reason
 
-    def _raise_if_hopeless(self, world_rank: int, wait: Wait) -> None:
+    def settle(self) -> list[int]:
+        """No rank can run: decide every wait (module docstring, 3) and return the
+        waiting ranks to resume, in rank order."""
+        blocked = sorted(self.waiting)
         if self.aborted:
-            raise CommError(f"rank {wait.rank}: {wait.what} abandoned: {self.aborted}")
-        if world_rank in self.verdicts:
-            raise CommError(self.verdicts.pop(world_rank))
-        if any(world in self.ended for _, world in wait.peers()):
-            raise CommError(f"rank {wait.rank}: {wait.what} never matched "
-                            f"({self._explain(wait)})")
-        running = [w for w in range(self.size) if w not in self.ended]
-        if all(w in self.waiting and not self.waiting[w].done() for w in running):
-            # Deadlock: give every blocked rank its own verdict, then raise ours.
-            for w in running:
-                blocked = self.waiting[w]
-                self.verdicts[w] = (f"rank {blocked.rank}: {blocked.what} never matched "
-                                    f"(deadlock: {self._explain(blocked)})")
-            self.cond.notify_all()
-            raise CommError(self.verdicts.pop(world_rank))
+            return blocked
+        can_go = [w for w in blocked if self.waiting[w].done()]
+        if can_go:
+            return can_go
+        for w in blocked:
+            wait = self.waiting[w]
+            if any(peer in self.ended for _, peer in wait.peers()):
+                self.verdicts[w] = f"rank {wait.rank}: {wait.what} never matched " \
+                                   f"({self._explain(wait)})"
+        if not self.verdicts:  # every waiting rank waits on another: a deadlock
+            for w in blocked:
+                wait = self.waiting[w]
+                self.verdicts[w] = (f"rank {wait.rank}: {wait.what} never matched "
+                                    f"(deadlock: {self._explain(wait)})")
+        return [w for w in blocked if w in self.verdicts]
 
     def _explain(self, wait: Wait) -> str:
         """What the ranks that could release ``wait`` are doing, in words."""

@@ -39,7 +39,7 @@ to mpiexec verbatim, before ``-n``: ``util.mpiexec.env_args("NAME", "value")``),
 host needs this Python environment at the same path and ``workdir`` on a
 filesystem they all see. Options of the "local" backend are those of
 :class:`~minidist.comm.transport.cluster.LocalCluster` (``network``,
-``stragglers``, ``failures``, ``recv_timeout``, ``eager_limit``, ``trace``).
+``stragglers``, ``failures``, ``eager_limit``, ``trace``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The in-process transport: ranks are threads, time is modelled, every byte is counted.
+"""The in-process transport: ranks are cooperative tasks, time is modelled, bytes counted.
 
 A :class:`LocalCommunicator` has the methods of the MPI one, so collective
 code runs unchanged on both. Messages are numpy copies handed over through
@@ -89,7 +89,7 @@ class Straggler:
 
 @dataclass
 class RankState:
-    """What belongs to one rank (thread), shared by all its communicators."""
+    """What belongs to one rank (task), shared by all its communicators."""
 
     world_rank: int
     network: NetworkModel
@@ -109,7 +109,7 @@ class RankState:
 
 
 class LocalCommunicator(Communicator):
-    """Rank ``rank`` of a group of threads; ``members`` are their world ranks."""
+    """Rank ``rank`` of a group of in-process ranks; ``members`` are their world ranks."""
 
     def __init__(self, fabric: Fabric, state: RankState, members: list[int],
                  context: tuple = ("world",)) -> None:
@@ -135,16 +135,16 @@ class LocalCommunicator(Communicator):
         if state.trace:
             trace_message(state.world_rank, self.members[dest], tag, buf.nbytes)
         rendezvous = state.eager_limit is not None and buf.nbytes > state.eager_limit
-        message = Message(np.array(buf, copy=True), start, start_round, rendezvous)
-        # communication: the copy waits in dest's mailbox, or fills its posted receive
-        self.fabric.deliver((self.context, self.rank, dest, tag), message)
+        message = Message(buf, start, start_round, state.world_rank, rendezvous)
+        # communication: copied into dest's posted receive, or to wait in its mailbox
+        self.fabric.deliver((self.context, self.rank, dest, tag), message, self.members[dest])
         return SendRequest(self, message, dest, tag, (end, end_round))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         self._enter("recv", source, tag, buf)
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
-        posted = self.fabric.post_recv((self.context, source, self.rank, tag))
+        posted = self.fabric.post_recv((self.context, source, self.rank, tag), buf)
         stats = self.state.stats
         return RecvRequest(self, posted, buf, source, tag,
                             (stats.seconds.now, stats.latencies.now))
@@ -159,21 +159,20 @@ class LocalCommunicator(Communicator):
     def wait_any(self, requests: Sequence[Request]) -> int:
         if not requests:
             raise ValueError(f"rank {self.rank}: wait_any needs at least one request")
-        waits = [r.wait_for for r in requests]
         ended = self.fabric.ended
 
         def first_ready() -> int | None:  # a request that completes, or whose peer ended
-            return next((i for i, w in enumerate(waits)
-                         if w.done() or any(world in ended for _, world in w.peers())), None)
+            return next((i for i, r in enumerate(requests)
+                         if r.done() or any(world in ended for _, world in r.peers())), None)
 
         def peers() -> list[tuple[int, int]]:
-            return [peer for w in waits for peer in w.peers()]
+            return [peer for r in requests for peer in r.peers()]
 
-        what = "wait_any of " + ", ".join(w.what for w in waits)
+        what = "wait_any of " + ", ".join(r.what for r in requests)
         self.fabric.block_until(self.state.world_rank,
                                 Wait(self.rank, what, lambda: first_ready() is not None, peers))
         index = first_ready()
-        if waits[index].done():
+        if requests[index].done():
             requests[index].wait()  # completes it (a hopeless one raises at the caller's wait)
         return index
 
@@ -186,7 +185,7 @@ class LocalCommunicator(Communicator):
         if not isinstance(request, RecvRequest):
             raise TypeError(f"rank {self.rank}: peek() takes a receive request, "
                             f"got {type(request).__name__}")
-        self.fabric.block_until(self.state.world_rank, request.wait_for)
+        self.fabric.block_until(self.state.world_rank, request)
         data = request.posted.message.data.view()
         data.flags.writeable = False
         return data

@@ -2,17 +2,21 @@
 
 ``transport/local.py`` makes them (``isend``, ``irecv``); ``wait()`` blocks on
 the fabric until the operation can complete, then moves this rank's modelled
-clocks as the module docstring of ``local.py`` says (rules 1 and 2).
+clocks as the module docstring of ``local.py`` says (rules 1 and 2). A ``test()``
+that finds the request incomplete lets the other ranks run before it returns
+(they share one thread: nobody else could complete it otherwise).
+
+A request is also its own :class:`~minidist.comm.transport.fabric.Wait`: it says
+what it waits for (``what``), whether that has happened (``done()``) and who
+could make it happen (``peers()``), so blocking on it builds nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from minidist.comm.transport.communicator import Request
-from minidist.comm.transport.fabric import Message, PostedRecv, Wait
+from minidist.comm.transport.fabric import Message, PostedRecv
 
 if TYPE_CHECKING:
     from minidist.comm.transport.local import LocalCommunicator
@@ -21,58 +25,83 @@ if TYPE_CHECKING:
 class SendRequest(Request):
     """An isend in flight: complete at once (eager), or once matched (rendezvous)."""
 
+    __slots__ = ("comm", "message", "peer", "tag", "ends", "rank")
+
     def __init__(self, comm: LocalCommunicator, message: Message, dest: int, tag: int,
                  ends: tuple[float, float]) -> None:
-        self.comm, self.message, self.ends = comm, message, ends
-        self.wait_for = Wait(comm.rank, f"send to rank {dest} tag {tag}",
-                             lambda: message.matched or not message.rendezvous,
-                             lambda: [(dest, comm.members[dest])])
+        self.comm, self.message, self.peer, self.tag, self.ends = comm, message, dest, tag, ends
+        self.rank = comm.rank
+
+    @property
+    def what(self) -> str:
+        return f"send to rank {self.peer} tag {self.tag}"
+
+    def done(self) -> bool:
+        return self.message.matched or not self.message.rendezvous
+
+    def peers(self) -> list[tuple[int, int]]:
+        return [(self.peer, self.comm.members[self.peer])]
 
     def test(self) -> bool:
-        if self.message.rendezvous and not self.message.matched:
+        if not self.done():
+            self.comm.fabric.pass_turn(self.comm.state.world_rank)
             return False
-        stats = self.comm.stats
+        stats = self.comm.state.stats
         stats.seconds.wait_until(self.ends[0])
         stats.latencies.wait_until(self.ends[1])
         return True
 
     def wait(self) -> None:
-        if self.message.rendezvous:
-            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
+        if not self.done():
+            self.comm.fabric.block_until(self.comm.state.world_rank, self)
         self.test()
 
 
 class RecvRequest(Request):
     """An irecv: complete once a message matched it and its data and times are in."""
 
-    def __init__(self, comm: LocalCommunicator, posted: PostedRecv, buf: np.ndarray,
-                 source: int, tag: int, posted_at: tuple[float, float]) -> None:
-        self.comm, self.posted, self.buf, self.posted_at = comm, posted, buf, posted_at
-        self.completed = False
-        self.wait_for = Wait(comm.rank, f"recv from rank {source} tag {tag}",
-                             lambda: posted.message is not None,
-                             lambda: [(source, comm.members[source])])
+    __slots__ = ("comm", "posted", "buf", "peer", "tag", "posted_at", "completed", "rank")
+
+    def __init__(self, comm: LocalCommunicator, posted: PostedRecv, buf, source: int,
+                 tag: int, posted_at: tuple[float, float]) -> None:
+        self.comm, self.posted, self.buf, self.peer, self.tag = comm, posted, buf, source, tag
+        self.posted_at, self.completed, self.rank = posted_at, False, comm.rank
+
+    @property
+    def what(self) -> str:
+        return f"recv from rank {self.peer} tag {self.tag}"
+
+    def done(self) -> bool:
+        return self.posted.message is not None
+
+    def peers(self) -> list[tuple[int, int]]:
+        return [(self.peer, self.comm.members[self.peer])]
 
     def test(self) -> bool:
-        if not self.completed and self.posted.message is not None:
+        if not self.completed:
+            if self.posted.message is None:
+                self.comm.fabric.pass_turn(self.comm.state.world_rank)
+                return False
             self._complete(self.posted.message)
-        return self.completed
+        return True
 
     def wait(self) -> None:
         if not self.completed:
-            self.comm.fabric.block_until(self.comm.state.world_rank, self.wait_for)
+            if self.posted.message is None:
+                self.comm.fabric.block_until(self.comm.state.world_rank, self)
             self._complete(self.posted.message)
 
     def _complete(self, message: Message) -> None:
         data, buf = message.data, self.buf
-        if data.dtype != buf.dtype or data.size != buf.size:
-            raise ValueError(f"rank {self.comm.rank}: {self.wait_for.what}: message is "
+        if data is not buf:  # it did not fit (Message's docstring)
+            raise ValueError(f"rank {self.rank}: {self.what}: message is "
                              f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
-        buf.reshape(-1)[...] = data.reshape(-1)
-        stats, net = self.comm.stats, self.comm.state.prices
+        nbytes = data.nbytes
+        state = self.comm.state
+        stats = state.stats
         stats.seconds.finish_recv(message.start, self.posted_at[0],
-                                  net.message_time(data.nbytes))
+                                  state.prices.message_time(nbytes))
         stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
         stats.messages_recv += 1
-        stats.bytes_recv += data.nbytes
+        stats.bytes_recv += nbytes
         self.completed = True

@@ -1,0 +1,113 @@
+"""The in-process ranks as cooperative tasks: deterministic, exact about deadlocks, and many."""
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist import comm
+from minidist.comm import LocalCluster, NetworkModel, allreduce
+from minidist.comm.cost import predict
+from minidist.comm.errors import RankError
+
+
+def serve_in_arrival_order(c):
+    """Rank 0 takes whichever request completes first; the others send when their
+    modelled work is done. The order rank 0 sees is up to the scheduler."""
+    if c.rank == 0:
+        pending = {r: c.irecv(np.empty(1), r) for r in range(1, c.size)}
+        order = []
+        while pending:
+            ranks = list(pending)
+            k = c.wait_any([pending[r] for r in ranks])
+            order.append(ranks[k])
+            del pending[ranks[k]]
+        return order
+    for _ in range(c.rank % 3):
+        c.sendrecv(np.ones(1), c.rank, np.empty(1), c.rank)  # busy with itself a while
+    c.send(np.full(1, float(c.rank)), 0)
+    return None
+
+
+def test_a_run_is_the_same_every_time():
+    orders = [LocalCluster(16).run(serve_in_arrival_order)[0] for _ in range(5)]
+    assert sorted(orders[0]) == list(range(1, 16))
+    assert all(order == orders[0] for order in orders)
+
+
+@pytest.mark.timeout(60)
+def test_a_deadlock_among_a_thousand_ranks_is_found_exactly_and_names_each_wait():
+    def fn(c):  # a chain from rank 700 on, but rank 700 forgets to send
+        if c.rank > 700:
+            c.recv(np.empty(1), c.rank - 1)
+        if 700 < c.rank < c.size - 1:
+            c.send(np.ones(1), c.rank + 1)
+
+    with pytest.raises(RankError) as info:
+        LocalCluster(1024).run(fn)
+    assert info.value.rank == 701
+    assert "rank 701: recv from rank 700 tag 0 never matched (rank 700 finished)" \
+        in str(info.value)
+
+
+def test_a_cycle_of_waits_is_a_deadlock_at_once():
+    def fn(c):
+        c.recv(np.empty(1), (c.rank + 1) % c.size, tag=3)
+
+    with pytest.raises(RankError, match=r"never matched \(deadlock: rank \d+ is blocked in "
+                                        r"recv from rank \d+ tag 3\)"):
+        LocalCluster(512).run(fn)
+
+
+def test_a_rank_polling_test_lets_the_others_run():
+    def fn(c):
+        if c.rank == 0:
+            request = c.irecv(np.empty(1), 1)
+            polls = 1
+            while not request.test():
+                polls += 1
+            return polls
+        c.compute(1.0)  # modelled only: the poller must yield for this rank to run at all
+        c.send(np.ones(1), 0)
+        return None
+
+    polls, _ = LocalCluster(2).run(fn)
+    assert polls >= 2
+
+
+def test_each_rank_has_its_own_grad_mode():
+    """A rank paused inside no_grad (waiting for a message) must not switch recording off
+    for the rank that runs meanwhile."""
+    def fn(c):
+        x = md.Tensor(np.ones(2), requires_grad=True)
+        if c.rank == 0:
+            with md.no_grad():
+                c.recv(np.empty(1), 1)  # rank 1 runs while rank 0 is in no_grad
+                return (x * 2).requires_grad
+        recorded = (x * 2).requires_grad
+        c.send(np.ones(1), 0)
+        return recorded
+
+    assert LocalCluster(2).run(fn) == [False, True]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", ["tree", "double_tree", "recursive_doubling", "naive"])
+def test_a_thousand_ranks_reduce_correctly_and_the_clock_equals_the_model(algorithm):
+    p, n = 1024, 1500
+    network = NetworkModel(alpha=5e-6, beta=1 / 25e9)
+    cluster = LocalCluster(p, network=network)
+    results = cluster.run(lambda c: allreduce(np.arange(n, dtype=np.int64) * c.rank, c,
+                                              algorithm=algorithm, check=False))
+    expected = np.arange(n) * (p * (p - 1) // 2)
+    assert all(np.array_equal(r, expected) for r in results)
+    model = predict(algorithm, p, 8 * n, 8, network)
+    assert [s.bytes_sent for s in cluster.stats] == model.bytes_sent
+    assert max(s.rounds for s in cluster.stats) == model.rounds
+    assert max(s.clock for s in cluster.stats) == pytest.approx(model.time, rel=1e-9)
+
+
+def test_the_world_outside_a_run_has_no_scheduler_and_still_reports_its_wait():
+    c = LocalCluster(1).communicators()[0]
+    with pytest.raises(comm.CommError, match=r"rank 0: recv from rank 0 tag 2 never matched "
+                                             r"\(deadlock"):
+        c.recv(np.empty(1), 0, tag=2)
