@@ -141,3 +141,24 @@ def test_english_corpus_strips_wikipedia_markup_and_writes_a_document_per_line(t
     assert lines == ["anarchism is a philosophy that rejects rulers of every kind",
                      "second paragraph of the same article here", "one two three four",
                      "x y z w v"]
+
+
+@pytest.mark.timeout(250)
+def test_simulator_benchmark_prints_wall_time_and_the_model_check_per_algorithm():
+    out = run("minidist.bench.simulator", "--ranks", "4,16", "--values", "100")
+    for algorithm in ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling"):
+        assert f"16 {algorithm:>18}" in out
+    assert out.count("exact") == 12 and "DIFFERS" not in out
+
+
+@pytest.mark.timeout(250)
+def test_scaling_sweep_prints_every_p_checks_the_simulator_and_plots(tmp_path):
+    png = tmp_path / "scaling.png"
+    out = run("minidist.bench.scaling", "--sizes", "8,64Ki", "--max-ranks", "64",
+              "--simulate-up-to", "8", "--plot", str(png))
+    assert out.count("\n    64  ") == 2 and "DIFFERS" not in out
+    assert out.count("  =\n") == 2 * 3  # P = 2, 4, 8 simulated at both sizes
+    assert png.stat().st_size > 0
+    bad = subprocess.run([sys.executable, "-m", "minidist.bench.scaling", "--sizes", "7"],
+                         capture_output=True, text=True, timeout=60, env=ENV)
+    assert bad.returncode == 2 and "multiple of 8" in bad.stderr

@@ -1,0 +1,98 @@
+"""The in-process simulator at scale: wall time of an allreduce on a thousand ranks and more.
+
+    python -m minidist.bench.simulator                    # the targets below
+    python -m minidist.bench.simulator --ranks 256 --algorithms ring,tree
+
+Each row runs ``comm.allreduce`` of ``--values`` float64 values (64 Ki by
+default) with one algorithm on P in-process ranks (``LocalCluster``: the ranks
+are cooperative tasks of one thread, ``comm/transport/scheduler.py``) and
+prints the wall time of the run, the CPU time of this process (less
+disturbed by other load on the machine), the modelled time of the latest
+rank, and whether the transport's counters and rounds equal the cost
+model's prediction exactly and its clock to rounding (``comm.cost.predict``,
+with the agreement check), as they must at any P.
+
+Targets (issue 16): every algorithm at P = 1024 within 10 s of wall time;
+recursive doubling at P = 4096 within 30 s. Each target row says met or
+missed. The run is one process on one core: with other work on the machine
+the wall time grows, so the CPU time is printed beside it.
+
+The memory is real: every rank holds its vector, its result and its
+messages in flight (P = 4096 with 64 Ki values: about 6 GiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from minidist.comm import LocalCluster, NetworkModel, allreduce
+from minidist.comm.cost import predict
+
+ALGORITHMS = ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling")
+TARGETS = {1024: (ALGORITHMS, 10.0), 4096: (("recursive_doubling",), 30.0)}
+
+
+def run_once(algorithm: str, p: int, values: int) -> dict:
+    """One allreduce on ``p`` ranks: wall and CPU seconds, and the clock against the model."""
+    network = NetworkModel()
+    cluster = LocalCluster(p, network=network)
+
+    def body(c):
+        x = np.full(values, float(c.rank))
+        allreduce(x, c, algorithm=algorithm, out=x)
+        return x[0] == p * (p - 1) / 2  # every rank got the sum
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    correct = all(cluster.run(body, timeout=None))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    model = predict(algorithm, p, values * 8, 8, network, check=True)
+    clock = max(s.clock for s in cluster.stats)
+    exact = (math.isclose(clock, model.time, rel_tol=1e-9)  # sums in another order
+             and max(s.rounds for s in cluster.stats) == model.rounds
+             and [s.bytes_sent for s in cluster.stats] == model.bytes_sent
+             and [s.messages_sent for s in cluster.stats] == model.messages_sent)
+    return dict(wall=wall, cpu=cpu, clock=clock, exact=exact and correct)
+
+
+def verdict(algorithm: str, p: int, wall: float) -> str:
+    algorithms, limit = TARGETS.get(p, ((), 0.0))
+    if algorithm not in algorithms:
+        return ""
+    return f"target <= {limit:g} s: {'met' if wall <= limit else 'missed'}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="256,1024,4096",
+                        help="world sizes, comma-separated (default: 256,1024,4096)")
+    parser.add_argument("--algorithms", default=None,
+                        help="comma-separated; default: all at P <= 1024, recursive "
+                             "doubling above")
+    parser.add_argument("--values", type=int, default=64 * 1024,
+                        help="float64 values per rank (default 65536)")
+    args = parser.parse_args(argv)
+    sizes = [int(p) for p in args.ranks.split(",")]
+    chosen = args.algorithms.split(",") if args.algorithms else None
+    for name in chosen or ():
+        if name not in ALGORITHMS:
+            parser.error(f"--algorithms: unknown {name!r}; choose from {', '.join(ALGORITHMS)}")
+    if any(p < 1 for p in sizes) or args.values < 1:
+        parser.error("--ranks and --values must be positive")
+
+    print(f"allreduce of {args.values} float64 values on P in-process ranks, one process")
+    print(f"{'P':>5} {'algorithm':>18} {'wall s':>8} {'cpu s':>8} {'clock ms':>9} "
+          f"{'= model':>8}  target")
+    for p in sizes:
+        for algorithm in chosen or (ALGORITHMS if p <= 1024 else ("recursive_doubling",)):
+            row = run_once(algorithm, p, args.values)
+            print(f"{p:>5} {algorithm:>18} {row['wall']:>8.2f} {row['cpu']:>8.2f} "
+                  f"{row['clock'] * 1e3:>9.3f} {'exact' if row['exact'] else 'DIFFERS':>8}  "
+                  f"{verdict(algorithm, p, row['wall'])}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
