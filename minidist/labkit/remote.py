@@ -11,6 +11,10 @@ student's code does in its kernel can change what comes back, never the
 check that reads it: the check, its expected values and its verdict live
 here.
 
+A tensor a check hands to the student's code is the student's to change
+(an optimiser updates it in place, a backward pass sets its ``.grad``), so a
+check computes its expected values before the call, or from copies.
+
 A check written once serves both places. Where a check must drive a
 student's object more finely than by calls (a Function's ``forward`` and
 ``backward`` on one context), it names a probe, a function of ``labkit``

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-MAX_MESSAGE_CHARS = 400 << 20  # a reply larger than this is refused unread
+MAX_MESSAGE_CHARS = 64 << 20  # a message larger than this is refused unread
 MAX_DEPTH = 64
 ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: nothing that holds objects
 
