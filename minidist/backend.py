@@ -4,6 +4,14 @@ numpy by default; cupy (the same API on an NVIDIA GPU) when the user asks for
 the GPU with ``md.set_device("cuda")`` or ``MINIDIST_DEVICE=cuda`` and one is
 present. Every other module asks this one for ``xp()`` (the module) or
 ``xp_of(array)`` (the module an array belongs to); nothing else imports cupy.
+Host copies are explicit: ``to_numpy(array)`` where the code prints, plots,
+saves or communicates, never ``np.asarray`` of tensor data.
+
+A third choice, ``"strict"``, is a guard for CI and not a device: numpy on the
+CPU behind arrays that refuse what cupy refuses (implicit conversion to numpy,
+numpy arrays mixed into device computations, attributes cupy arrays lack), so
+that a machine with no GPU catches those bugs (``backend_strict.py``). It is
+no substitute for running on a GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +21,9 @@ from types import ModuleType
 
 import numpy as np
 
-_DEVICES = ("cpu", "cuda")
+from minidist import backend_strict
+
+_DEVICES = ("cpu", "cuda", "strict")
 _device: str | None = None  # resolved lazily so that importing minidist never touches a GPU
 
 
@@ -36,7 +46,10 @@ def _load_cupy() -> ModuleType:
 
 
 def set_device(name: str) -> None:
-    """Choose where new tensors live: ``"cpu"`` (numpy) or ``"cuda"`` (cupy)."""
+    """Choose where new tensors live: ``"cpu"`` (numpy) or ``"cuda"`` (cupy).
+
+    ``"strict"`` is the CI guard described above: numpy arrays with cupy's refusals.
+    """
     global _device
     if name not in _DEVICES:
         raise ValueError(f"unknown device {name!r}: expected one of {_DEVICES}")
@@ -53,14 +66,19 @@ def get_device() -> str:
 
 
 def xp() -> ModuleType:
-    """The array module of the current device: numpy or cupy."""
-    return _load_cupy() if get_device() == "cuda" else np
+    """The array module of the current device: numpy or cupy (or the strict guard's)."""
+    device = get_device()
+    if device == "strict":
+        return backend_strict.strict  # type: ignore[return-value]
+    return _load_cupy() if device == "cuda" else np
 
 
 def xp_of(array: object) -> ModuleType:
     """The array module an array belongs to (numpy for numpy arrays and scalars)."""
     if isinstance(array, np.ndarray | np.generic | int | float | bool):
         return np
+    if isinstance(array, backend_strict.StrictArray):
+        return backend_strict.strict  # type: ignore[return-value]
     return _load_cupy()
 
 
@@ -68,7 +86,7 @@ def to_numpy(array: object) -> np.ndarray:
     """A host (numpy) copy or view of any array, for printing, plotting and saving."""
     if isinstance(array, np.ndarray):
         return array
-    if hasattr(array, "get"):  # a cupy array
+    if hasattr(array, "get"):  # a cupy (or strict) array: the one device-to-host copy
         return array.get()
     return np.asarray(array)
 

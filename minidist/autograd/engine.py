@@ -127,7 +127,8 @@ def accumulate_grad(leaf: Tensor, grad: Any, kept: set[int]) -> None:
         leaf.grad += grad
     else:
         owner = grad if grad.base is None else grad.base
-        if id(owner) in kept or not (grad.flags.writeable and grad.flags.c_contiguous):
+        writeable = getattr(grad.flags, "writeable", True)  # cupy arrays have no read-only flag
+        if id(owner) in kept or not (writeable and grad.flags.c_contiguous):
             grad = owner = grad.copy()
         kept.add(id(owner))
         leaf.grad = grad

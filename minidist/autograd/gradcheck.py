@@ -28,11 +28,12 @@ def gradcheck(fn: Callable[..., Tensor], *inputs: Tensor, eps: float = 1e-6,
     ]
     out = fn(*inputs64)
     weight = np.random.default_rng(seed).standard_normal(out.shape)
+    weight_on_device = Tensor(weight)  # the same weight, where out lives
 
     def objective() -> float:
         return float(np.sum(to_numpy(fn(*inputs64).data) * weight))
 
-    (out * weight).sum().backward()
+    (out * weight_on_device).sum().backward()
     for number, x in enumerate(inputs64):
         if not isinstance(x, Tensor) or not x.requires_grad:
             continue

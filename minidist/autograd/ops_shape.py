@@ -6,6 +6,7 @@ Their backward moves the gradient back to where each value came from.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 from minidist.autograd.function import Context, Function
@@ -81,8 +82,8 @@ class Concatenate(Function):
     @staticmethod
     def backward(ctx: Context, grad):
         xp = xp_of(grad)
-        cuts = list(xp.cumsum(ctx.sizes)[:-1]) if len(ctx.sizes) > 1 else []
-        return tuple(xp.split(grad, [int(c) for c in cuts], axis=ctx.axis))
+        cuts = list(accumulate(ctx.sizes))[:-1]  # host ints: where each input's block ends
+        return tuple(xp.split(grad, cuts, axis=ctx.axis))
 
 
 class Stack(Function):
