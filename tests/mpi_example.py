@@ -15,7 +15,12 @@ def run_under_mpiexec(ranks: int, module: str, args: list[str],
     The job runs in its own session; on a timeout (or any error) its whole
     process tree is stopped, and TimeoutExpired propagates.
     """
-    command = mpiexec_command(ranks, ["-m", module, *args])
+    return run_mpi_command(mpiexec_command(ranks, ["-m", module, *args]), ranks, timeout)
+
+
+def run_mpi_command(command: list[str], ranks: int,
+                    timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run an mpiexec ``command`` line of ``ranks`` ranks as :func:`run_under_mpiexec` does."""
     job = subprocess.Popen(command, env=rank_environment(ranks), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

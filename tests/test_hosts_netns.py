@@ -29,11 +29,11 @@ import psutil
 import pytest
 import test_allreduce_mpi
 import test_ddp_mpi
+from mpi_example import run_mpi_command
 
 import minidist as md
 from minidist.util import netns
-from minidist.util.mpiexec import mpi_vendor, mpiexec_command, rank_environment
-from minidist.util.processes import stop_process_tree
+from minidist.util.mpiexec import mpi_vendor, mpiexec_command
 
 RANKS = 4
 RATE = "200mbit"  # each host's link: 25 MB/s, slow enough that the links, not 2 cores, limit
@@ -79,14 +79,8 @@ def across(hosts, monkeypatch):
 def run_on_hosts(hosts: netns.NamespaceHosts, ranks: int, program: list[str],
                  timeout: float = 120) -> subprocess.CompletedProcess:
     """``mpiexec -f hosts ... -n ranks python -m mpi4py PROGRAM`` from the launch node."""
-    command = mpiexec_command(ranks, program, hosts.hostfile, hosts.mpiexec_args)
-    job = subprocess.Popen(command, env=rank_environment(ranks), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = job.communicate(timeout=timeout)
-    finally:
-        stop_process_tree(job)
-    return subprocess.CompletedProcess(command, job.returncode, out, err)
+    return run_mpi_command(mpiexec_command(ranks, program, hosts.hostfile, hosts.mpiexec_args),
+                           ranks, timeout)
 
 
 def ring_allreduce(c, n):
