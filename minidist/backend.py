@@ -82,6 +82,13 @@ def xp_of(array: object) -> ModuleType:
     return _load_cupy()
 
 
+def on_device(array: object) -> bool:
+    """True for a device array (cupy's, or the strict guard's): one that reaches the
+    host only through an explicit copy (``to_numpy``)."""
+    return isinstance(array, backend_strict.StrictArray) or \
+        type(array).__module__.startswith("cupy")
+
+
 def to_numpy(array: object) -> np.ndarray:
     """A host (numpy) copy or view of any array, for printing, plotting and saving."""
     if isinstance(array, np.ndarray):

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from minidist import backend
 from minidist.comm import Communicator, allreduce
 from minidist.util.answers import lab_answer
 
@@ -89,7 +90,8 @@ class Bucket:
         self.scale = np.dtype(params[0].dtype).type(scale)  # a scalar of the buffer's dtype
         offsets = np.cumsum([0] + [p.size for p in params]).tolist()
         self.numel = offsets[-1]  # gradient entries; the flags follow them
-        self.buffer = np.zeros(self.numel + len(params), dtype=params[0].dtype)
+        xp = backend.xp_of(params[0].data)  # the buffer lives where the parameters do
+        self.buffer = xp.zeros(self.numel + len(params), dtype=params[0].dtype)
         self.slots = [self.buffer[lo:hi].reshape(p.shape)  # views, one per parameter
                       for lo, hi, p in zip(offsets, offsets[1:], params, strict=False)]
         self.flags = self.buffer[self.numel:]
@@ -110,7 +112,7 @@ class Bucket:
             self.slots[position][...] = 0
             self.flags[position] = 0
         else:
-            np.multiply(grad, self.scale, out=self.slots[position])
+            backend.xp_of(grad).multiply(grad, self.scale, out=self.slots[position])
             self.flags[position] = 1
         self.packed.add(position)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minidist import backend
 from minidist.autograd import Tensor
 from minidist.comm import Communicator, broadcast
 from minidist.nn.module import Module
@@ -29,7 +30,7 @@ def broadcast_parameters(module: Module, comm: Communicator, root: int = 0) -> N
         by_dtype.setdefault(np.dtype(p.dtype), []).append(p)
     for dtype in sorted(by_dtype, key=str):  # the same order on every rank
         params = by_dtype[dtype]
-        flat = np.concatenate([np.ravel(p.data) for p in params])
+        flat = backend.xp_of(params[0].data).concatenate([p.data.ravel() for p in params])
         # communication: rank root's values of every parameter of this dtype, to all ranks
         flat = broadcast(flat, comm, root=root)
         offset = 0

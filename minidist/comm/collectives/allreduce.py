@@ -40,7 +40,8 @@ What a library needs around them lives here and beneath, each in one place:
    ``c`` (``MPI_Comm_dup``), so they send with the default tag and never
    meet the user's messages;
 4. kept receive buffers (``c.scratch``) and in-place reduction
-   (``c.combine``), in ``transport/communicator.py``.
+   (``c.combine``), in ``transport/communicator.py``;
+5. device arrays (cupy's) staged through counted host copies (``staging.py``).
 
 Every algorithm accepts any world size, any length (0, shorter than P, not
 divisible by P), the dtypes and ops of ``comm/ops.py``, and leaves
@@ -61,6 +62,7 @@ from minidist.comm.collectives.agreement import (
 from minidist.comm.collectives.central import naive_allreduce, ps_allreduce
 from minidist.comm.collectives.doubling import recursive_doubling_allreduce
 from minidist.comm.collectives.ring import ring_allreduce
+from minidist.comm.collectives.staging import staged
 from minidist.comm.collectives.tree import double_tree_allreduce, tree_allreduce
 from minidist.comm.transport.communicator import Communicator
 
@@ -97,6 +99,7 @@ ALGORITHMS: dict[str, Callable[[np.ndarray, Communicator, str], np.ndarray]] = {
 _ALGORITHM_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
 
 
+@staged
 def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str = "ring",
               *, out: np.ndarray | None = None, check: bool = True) -> np.ndarray:
     """Reduce ``arr`` over all ranks of ``c`` with ``op``; every rank gets the result.

@@ -11,7 +11,8 @@ explained where it lives:
 2. a communicator of their own, ``c.private()`` (``MPI_Comm_dup``): the
    lesson's tag-0 messages never meet the user's;
 3. ``c.combine`` (in-place reduction) and ``c.scratch`` (kept buffers), in
-   ``transport/communicator.py``.
+   ``transport/communicator.py``;
+4. device arrays (cupy's) staged through counted host copies (``staging.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from minidist.comm.collectives.basic import (
     reduce_scatter_ring,
     scatter_linear,
 )
+from minidist.comm.collectives.staging import staged
 from minidist.comm.transport.communicator import Communicator
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
@@ -67,6 +69,7 @@ def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
     return arr.reshape(*arr.shape, 1) if arr.ndim == rows_axis else arr
 
 
+@staged
 def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
               *, check: bool = True) -> np.ndarray:
     """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
@@ -82,6 +85,7 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
     return BROADCASTS[algorithm](arr, c.private(), root)
 
 
+@staged
 def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
            *, check: bool = True) -> np.ndarray | None:
     """Every rank's ``arr`` reduced on the root; None elsewhere (:func:`reduce_binomial`)."""
@@ -89,6 +93,7 @@ def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
     return reduce_binomial(arr, c.private(), root, op)
 
 
+@staged
 def gather(arr: np.ndarray, c: Communicator, root: int = 0,
            *, check: bool = True) -> np.ndarray | None:
     """On the root, every rank's ``arr`` stacked, shape ``(P, *arr.shape)``; None elsewhere
@@ -98,6 +103,7 @@ def gather(arr: np.ndarray, c: Communicator, root: int = 0,
     return None if out is None else out.reshape(c.size, *arr.shape)
 
 
+@staged
 def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
     """Row ``rank`` of the root's ``arr`` of shape ``(P, ...)`` (the other ranks pass the
     same shape) (:func:`scatter_linear`)."""
@@ -105,12 +111,14 @@ def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = Tr
     return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
+@staged
 def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
     arr = agreed(c, "allgather", arr, None, check)
     return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
+@staged
 def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
                    *, check: bool = True) -> np.ndarray:
     """Chunk ``rank`` of the reduction of the flattened ``arr`` over all ranks; chunk k is
@@ -119,6 +127,7 @@ def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
     return reduce_scatter_ring(arr.reshape(-1), c.private(), op)
 
 
+@staged
 def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
     """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank
     i's row (:func:`alltoall_pairwise`)."""
@@ -126,6 +135,7 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 
+@staged
 def alltoallv(arr: np.ndarray, counts, c: Communicator,
               *, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The all-to-all with variable counts (``MPI_Alltoallv``), as expert parallelism

@@ -1,0 +1,129 @@
+"""The strict device, CI's guard for the GPU path: arrays that refuse what cupy refuses.
+
+The guard must refuse implicit host conversion, numpy arrays mixed in and
+attributes cupy lacks; a deliberate ``np.asarray`` of device data in
+device-agnostic code must make it fail; and everything else must compute
+exactly as numpy does (it is numpy underneath), collectives included.
+"""
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist import backend, comm
+from minidist.autograd import ops
+from minidist.comm.collectives.staging import STAGED
+from minidist.nn.functional import cross_entropy
+from minidist.parallel.ddp import DataParallel
+
+
+@pytest.fixture
+def strict():
+    before = backend.get_device()
+    md.set_device("strict")
+    yield backend.xp()
+    md.set_device(before)
+
+
+def test_strict_arrays_refuse_what_cupy_refuses(strict):
+    x = strict.asarray([1.0, 2.0, 3.0])
+    host = np.ones(3)
+    for implicit in (np.asarray, np.array, memoryview, lambda a: np.require(a, requirements="C")):
+        with pytest.raises(TypeError, match="Implicit conversion|bytes-like"):
+            implicit(x)
+    for mixed in (lambda: x + host, lambda: host * x, lambda: strict.maximum(x, host),
+                  lambda: strict.concatenate([x, host]), lambda: strict.cumsum([1, 2])):
+        with pytest.raises(TypeError):
+            mixed()
+    with pytest.raises(AttributeError, match="writeable"):
+        x.flags.writeable  # noqa: B018
+    with pytest.raises(AttributeError, match="cupy arrays have no attribute 'ctypes'"):
+        x.ctypes  # noqa: B018
+    assert not isinstance(x, np.ndarray) and x.flags.c_contiguous
+
+
+def test_explicit_copies_and_scalars_are_allowed(strict):
+    x = strict.arange(6.0).reshape(2, 3)
+    assert isinstance(x.get(), np.ndarray) and isinstance(backend.to_numpy(x), np.ndarray)
+    np.testing.assert_array_equal(strict.asnumpy(x), np.arange(6.0).reshape(2, 3))
+    total = x.sum()  # a 0-d device array, as cupy returns, not a numpy scalar
+    assert backend.on_device(total) and float(total) == 15.0
+    assert float((x * np.float32(2) + 1).max()) == 11.0  # numpy and python scalars mix
+    y = strict.zeros(3)
+    y[...] = np.ones(3)  # cupy copies a host array in when it fills the whole array
+    assert y.tolist() == [1.0, 1.0, 1.0]
+
+
+def _train_mlp_step(device):
+    md.set_device(device)
+    rng = np.random.default_rng(0)
+    model = md.nn.MLP([4, 8, 3], rng=1)
+    opt = md.optim.Adam(model.parameters(), lr=0.01)
+    x = md.Tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    y = md.Tensor(rng.integers(0, 3, 5))
+    for _ in range(2):
+        opt.zero_grad()
+        cross_entropy(model(x), y).backward()
+        opt.step()
+    return {name: p.numpy() for name, p in model.named_parameters()}
+
+
+def test_training_on_the_strict_device_equals_numpy(strict):
+    on_strict = _train_mlp_step("strict")
+    on_cpu = _train_mlp_step("cpu")
+    for name, value in on_cpu.items():
+        np.testing.assert_array_equal(on_strict[name], value)
+
+
+def test_a_deliberate_implicit_conversion_makes_the_guard_fail(strict, monkeypatch):
+    forward = ops.Mul.forward
+    # the bug the guard is for: device data turned into numpy inside device-agnostic code
+    monkeypatch.setattr(ops.Mul, "forward",
+                        staticmethod(lambda ctx, a, b: forward(ctx, np.asarray(a), b)))
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        _train_mlp_step("strict")
+    _train_mlp_step("cpu")  # numpy lets it pass: only the guard sees it
+
+
+def test_collectives_stage_device_arrays_through_counted_host_copies(strict):
+    def fn(c):
+        x = backend.xp().arange(5.0) + c.rank
+        total = comm.allreduce(x, c)
+        comm.allreduce(x, c, out=x)  # in place
+        rows = comm.allgather(x, c)
+        return total, x, rows
+
+    STAGED.reset()
+    results = md.launch(fn, world_size=3)
+    expected = np.arange(5.0) * 3 + 3
+    for total, x, rows in results:
+        assert backend.on_device(total) and backend.on_device(x) and backend.on_device(rows)
+        np.testing.assert_array_equal(backend.to_numpy(total), expected)
+        np.testing.assert_array_equal(backend.to_numpy(x), expected)
+        np.testing.assert_array_equal(backend.to_numpy(rows), np.stack([expected] * 3))
+    # each of the 3 calls on each of the 3 ranks: one copy to the host, one back
+    assert STAGED.to_host == STAGED.to_device == 9
+    assert STAGED.bytes_to_host == 3 * 3 * 5 * 8
+
+
+def test_data_parallel_on_the_strict_device_equals_one_process(strict):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 4)), rng.integers(0, 3, 8)
+
+    def fn(c):
+        model = DataParallel(md.nn.MLP([4, 6, 3], dtype=np.float64, rng=c.rank), c)
+        opt = md.optim.SGD(model.parameters(), lr=0.1)
+        part = slice(4 * c.rank, 4 * c.rank + 4)
+        cross_entropy(model(md.Tensor(x[part])), md.Tensor(y[part])).backward()
+        opt.step()
+        assert all(backend.on_device(p.data) for p in model.parameters())
+        return {name: p.numpy() for name, p in model.module.named_parameters()}
+
+    two_ranks = md.launch(fn, world_size=2)
+    one = md.nn.MLP([4, 6, 3], dtype=np.float64, rng=0)
+    opt = md.optim.SGD(one.parameters(), lr=0.1)
+    cross_entropy(one(md.Tensor(x)), md.Tensor(y)).backward()
+    opt.step()
+    for name, p in one.named_parameters():
+        for rank in two_ranks:
+            np.testing.assert_allclose(rank[name], p.numpy(), rtol=1e-12, atol=1e-15)
