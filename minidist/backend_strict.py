@@ -27,6 +27,7 @@ cupy lacks (it computes with numpy underneath). Only a run with
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.
              "construct a NumPy array explicitly (strict device: cupy refuses this).")
 # attributes that pass through unchanged, arrays that come back wrapped, methods cupy has
 _PLAIN = {"shape", "dtype", "ndim", "size", "nbytes", "itemsize", "strides"}
-_VIEWS = {"T", "real", "imag", "base"}
+_VIEWS = {"T", "real", "imag"}
 _METHODS = {
     "all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "choose", "clip",
     "compress", "conj", "conjugate", "copy", "cumprod", "cumsum", "diagonal", "dot", "fill",
@@ -73,9 +74,23 @@ def _unwrap(obj: Any, where: str, host_ok: bool = False) -> Any:
     return obj
 
 
+# the strict array that owns each piece of memory, so that ``view.base`` is that very object,
+# as in cupy (code that checks ``x.base is y`` or keeps ``id(x.base)`` must see the same answer)
+_OWNERS: weakref.WeakValueDictionary[int, StrictArray] = weakref.WeakValueDictionary()
+
+
+def _owner(data: np.ndarray) -> StrictArray:
+    owner = _OWNERS.get(id(data))
+    if owner is None or owner._a is not data:
+        owner = _OWNERS[id(data)] = StrictArray(data)
+    return owner
+
+
 def _wrap(obj: Any) -> Any:
     """Numpy results as strict arrays; a numpy scalar becomes a 0-d array, as in cupy."""
-    if isinstance(obj, np.ndarray | np.generic):
+    if isinstance(obj, np.ndarray):
+        return _owner(obj) if obj.base is None else StrictArray(obj)
+    if isinstance(obj, np.generic):
         return StrictArray(np.asarray(obj))
     if isinstance(obj, list | tuple):
         return type(obj)(_wrap(o) for o in obj)
@@ -124,7 +139,7 @@ class Flags:
 class StrictArray:
     """A "device" array: numpy data that will not become a numpy array implicitly."""
 
-    __slots__ = ("_a",)
+    __slots__ = ("_a", "__weakref__")
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, data: np.ndarray):
@@ -147,6 +162,14 @@ class StrictArray:
         raise AttributeError(f"strict device: cupy arrays have no attribute {name!r}")
 
     @property
+    def base(self) -> StrictArray | None:
+        """The array that owns this view's memory (None for an owner), as in cupy."""
+        root = self._a.base
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        return _owner(root) if isinstance(root, np.ndarray) else None
+
+    @property
     def flags(self) -> Flags:
         return Flags(self._a.flags)
 
@@ -165,7 +188,7 @@ class StrictArray:
         return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
 
     def __reduce__(self) -> Any:
-        return StrictArray, (self._a.copy(),)
+        return _wrap, (self._a.copy(),)
 
     # ---- numpy's protocols: numpy functions on device arrays dispatch here, as for cupy --------
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -191,10 +214,10 @@ class StrictArray:
         return int(self._a)
 
     def __copy__(self) -> StrictArray:
-        return StrictArray(self._a.copy())
+        return _wrap(self._a.copy())
 
     def __deepcopy__(self, memo: dict) -> StrictArray:
-        return StrictArray(self._a.copy())
+        return _wrap(self._a.copy())
 
     def __getitem__(self, index: Any) -> Any:
         return _wrap(self._a[_unwrap(index, "indexing", host_ok=True)])  # cupy moves indices
@@ -256,9 +279,11 @@ class _Ufunc:
 
 def _creation(func: Any) -> Any:
     def create(*args: Any, **kwargs: Any) -> StrictArray:
-        result = func(*_unwrap(args, func.__name__, host_ok=True),
-                      **_unwrap(kwargs, func.__name__, host_ok=True))
-        return StrictArray(np.asarray(result))
+        result = np.asarray(func(*_unwrap(args, func.__name__, host_ok=True),
+                                 **_unwrap(kwargs, func.__name__, host_ok=True)))
+        if args and isinstance(args[0], np.ndarray) and np.may_share_memory(result, args[0]):
+            result = result.copy()  # host data is copied to the device, never shared
+        return _wrap(result)
     return create
 
 
