@@ -54,12 +54,21 @@ def test_explicit_copies_and_scalars_are_allowed(strict):
     assert y.tolist() == [1.0, 1.0, 1.0]
 
 
-def _train_mlp_step(device):
+OPTIMIZERS = {
+    "adam": lambda params: md.optim.Adam(params, lr=0.01),
+    "sgd": lambda params: md.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True),
+    # per-column learning rates and clips: host arrays the optimiser must move to the device
+    "adagrad": lambda params: md.optim.AdaGrad(params, lr=np.array([0.1, 0.05, 0.02]),
+                                               convention="glove.c", clip=np.array([1, 2, 3.0])),
+}
+
+
+def _train_mlp_step(device, optimizer="adam"):
     md.set_device(device)
     rng = np.random.default_rng(0)
-    model = md.nn.MLP([4, 8, 3], rng=1)
-    opt = md.optim.Adam(model.parameters(), lr=0.01)
-    x = md.Tensor(rng.standard_normal((5, 4)).astype(np.float32))
+    model = md.nn.MLP([3, 3, 3], rng=1)
+    opt = OPTIMIZERS[optimizer](model.parameters())
+    x = md.Tensor(rng.standard_normal((5, 3)).astype(np.float32))
     y = md.Tensor(rng.integers(0, 3, 5))
     for _ in range(2):
         opt.zero_grad()
@@ -68,9 +77,10 @@ def _train_mlp_step(device):
     return {name: p.numpy() for name, p in model.named_parameters()}
 
 
-def test_training_on_the_strict_device_equals_numpy(strict):
-    on_strict = _train_mlp_step("strict")
-    on_cpu = _train_mlp_step("cpu")
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_training_on_the_strict_device_equals_numpy(strict, optimizer):
+    on_strict = _train_mlp_step("strict", optimizer)
+    on_cpu = _train_mlp_step("cpu", optimizer)
     for name, value in on_cpu.items():
         np.testing.assert_array_equal(on_strict[name], value)
 

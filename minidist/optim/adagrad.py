@@ -103,10 +103,10 @@ class AdaGrad(Optimizer):
 
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:
+        xp = backend.xp_of(param.data)
         if not state:
-            xp = backend.xp_of(param.data)
             state["sum"] = xp.full_like(param.data, float(group["initial_accumulator"]))
-        lr = group["lr"]
+        lr, clip = group["lr"], group["clip"]  # one per column: moved to the parameter's device
         adagrad_rows(param.data, state["sum"], ALL, grad,
-                     float(lr) if np.ndim(lr) == 0 else lr, float(group["eps"]),
-                     group["convention"], group["clip"])
+                     float(lr) if np.ndim(lr) == 0 else xp.asarray(lr), float(group["eps"]),
+                     group["convention"], clip if np.ndim(clip) == 0 else xp.asarray(clip))
