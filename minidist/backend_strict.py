@@ -223,9 +223,13 @@ class StrictArray:
         return _wrap(self._a[_unwrap(index, "indexing", host_ok=True)])  # cupy moves indices
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        # cupy copies a numpy array in only when it fills the whole array (x[:] = a, x[...] = a)
-        whole = index is Ellipsis or index == slice(None)
-        self._a[_unwrap(index, "indexing", host_ok=True)] = _unwrap(value, "assignment", whole)
+        # cupy assigns device arrays and scalars; a host array or a list is refused (gh-2079)
+        if isinstance(value, np.ndarray | list | tuple) and np.ndim(value) != 0:
+            raise ValueError(f"strict device: cupy refuses to assign a host "
+                             f"{type(value).__name__} to a device array (non-scalar "
+                             "numpy.ndarray cannot be used for fill); move it with "
+                             "backend.xp().asarray first")
+        self._a[_unwrap(index, "indexing", host_ok=True)] = _unwrap(value, "assignment", True)
 
 
 def _operator(ufunc: Any, reflected: bool = False, inplace: bool = False) -> Any:

@@ -50,8 +50,11 @@ def test_explicit_copies_and_scalars_are_allowed(strict):
     assert backend.on_device(total) and float(total) == 15.0
     assert float((x * np.float32(2) + 1).max()) == 11.0  # numpy and python scalars mix
     y = strict.zeros(3)
-    y[...] = np.ones(3)  # cupy copies a host array in when it fills the whole array
-    assert y.tolist() == [1.0, 1.0, 1.0]
+    y[1:] = np.float64(2.0)  # a scalar fills
+    y[:1] = strict.ones(1)
+    assert y.tolist() == [1.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="cupy refuses to assign a host ndarray"):
+        y[...] = np.ones(3)
 
 
 OPTIMIZERS = {
