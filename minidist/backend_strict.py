@@ -12,12 +12,16 @@ show on a GPU:
   ``xp.asnumpy(x)`` or ``backend.to_numpy(x)``;
 - numpy arrays mixed into device computations: ``x + numpy_array``,
   ``xp.concatenate([x, numpy_array])``, ``xp.cumsum(a_list)`` raise ``TypeError``
-  (python and numpy scalars mix freely, as with cupy);
+  (python and numpy scalars mix freely, as with cupy); ``x[i] = numpy_array``
+  or a list raises ``ValueError``; ``xp.asarray(numpy_array)`` is the explicit
+  copy to the device (a copy: the device array never shares host memory);
 - attributes cupy arrays lack: ``x.flags`` has only ``c_contiguous``,
-  ``f_contiguous`` and ``owndata`` (no ``writeable``); ``x.data``,
-  ``x.ctypes``, ``x.__array_interface__``, ``x.setflags`` are absent;
-- reductions return 0-d arrays, not numpy scalars, and ``isinstance(x,
-  np.ndarray)`` is False, as for cupy.
+  ``f_contiguous`` and ``owndata`` (no ``writeable``); ``x.ctypes``,
+  ``x.__array_interface__``, ``x.setflags`` are absent, and so is ``x.data``
+  (cupy's is a device pointer, not host memory);
+- reductions return 0-d arrays, not numpy scalars, ``isinstance(x,
+  np.ndarray)`` is False, and a view's ``base`` is the very array that owns
+  the memory, as for cupy.
 
 What it cannot catch: anything about real GPU memory, streams, kernels,
 speed, float32 numerics on the GPU, or cupy functions that numpy has and
@@ -34,9 +38,8 @@ import numpy as np
 
 _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to "
              "construct a NumPy array explicitly (strict device: cupy refuses this).")
-# attributes that pass through unchanged, arrays that come back wrapped, methods cupy has
-_PLAIN = {"shape", "dtype", "ndim", "size", "nbytes", "itemsize", "strides"}
-_VIEWS = {"T", "real", "imag"}
+# the attributes and methods of cupy arrays that numpy arrays have too
+_PLAIN = {"shape", "dtype", "ndim", "size", "nbytes", "itemsize", "strides", "T", "real", "imag"}
 _METHODS = {
     "all", "any", "argmax", "argmin", "argpartition", "argsort", "astype", "choose", "clip",
     "compress", "conj", "conjugate", "copy", "cumprod", "cumsum", "diagonal", "dot", "fill",
@@ -128,8 +131,8 @@ class Flags:
     __slots__ = ("c_contiguous", "f_contiguous", "owndata")
 
     def __init__(self, flags: Any):
-        self.c_contiguous, self.f_contiguous = flags.c_contiguous, flags.f_contiguous
-        self.owndata = flags.owndata
+        self.c_contiguous, self.f_contiguous, self.owndata = flags.c_contiguous, \
+            flags.f_contiguous, flags.owndata
 
     def __getitem__(self, name: str) -> bool:
         return getattr(self, {"C_CONTIGUOUS": "c_contiguous", "F_CONTIGUOUS": "f_contiguous",
@@ -151,12 +154,9 @@ class StrictArray:
 
     def __getattr__(self, name: str) -> Any:
         if name in _PLAIN:
-            return getattr(self._a, name)
-        if name in _VIEWS:
-            return _wrap(getattr(self._a, name))
+            return _wrap(getattr(self._a, name))  # shapes and dtypes pass, arrays are wrapped
         if name in _METHODS:
-            method = getattr(self._a, name)
-            where = f"ndarray.{name}"
+            method, where = getattr(self._a, name), f"ndarray.{name}"
             return lambda *args, **kwargs: _wrap(method(*_unwrap(args, where),
                                                         **_unwrap(kwargs, where)))
         raise AttributeError(f"strict device: cupy arrays have no attribute {name!r}")
@@ -213,11 +213,10 @@ class StrictArray:
     def __int__(self) -> int:
         return int(self._a)
 
-    def __copy__(self) -> StrictArray:
+    def __copy__(self, memo: dict | None = None) -> StrictArray:
         return _wrap(self._a.copy())
 
-    def __deepcopy__(self, memo: dict) -> StrictArray:
-        return _wrap(self._a.copy())
+    __deepcopy__ = __copy__
 
     def __getitem__(self, index: Any) -> Any:
         return _wrap(self._a[_unwrap(index, "indexing", host_ok=True)])  # cupy moves indices
@@ -234,10 +233,8 @@ class StrictArray:
 
 def _operator(ufunc: Any, reflected: bool = False, inplace: bool = False) -> Any:
     def method(self: StrictArray, other: Any) -> Any:
-        if getattr(other, "__array_ufunc__", 0) is None:  # e.g. a Tensor: let it answer
-            return NotImplemented
-        if other is None:
-            return NotImplemented
+        if other is None or getattr(other, "__array_ufunc__", 0) is None:  # e.g. a Tensor
+            return NotImplemented  # let it answer
         where = f"operator {ufunc.__name__}"
         if inplace:
             return _call(ufunc, where, (self, other), {"out": self})
