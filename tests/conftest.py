@@ -16,9 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from minidist.backend import to_numpy
-from minidist.backend_strict import StrictArray
-
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
 settings.register_profile("any_machine_speed", deadline=None,
@@ -71,9 +68,11 @@ STRICT_SKIPS = {
 
 
 def _on_host(assertion):
+    from minidist.backend import on_device, to_numpy
+
     def check(*args, **kwargs):
-        return assertion(*(to_numpy(a) if isinstance(a, StrictArray) else a for a in args),
-                         **kwargs)
+        return assertion(*(to_numpy(a) if on_device(a) else a for a in args),
+                         **{k: to_numpy(v) if on_device(v) else v for k, v in kwargs.items()})
     return functools.wraps(assertion)(check)
 
 
