@@ -54,6 +54,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from minidist import backend
 from minidist.comm.collectives.agreement import (
     check_same_everywhere,
     checked_small_allreduce,
@@ -99,7 +100,6 @@ ALGORITHMS: dict[str, Callable[[np.ndarray, Communicator, str], np.ndarray]] = {
 _ALGORITHM_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
 
 
-@staged
 def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str = "ring",
               *, out: np.ndarray | None = None, check: bool = True) -> np.ndarray:
     """Reduce ``arr`` over all ranks of ``c`` with ``op``; every rank gets the result.
@@ -112,6 +112,8 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     mismatch may then hang instead of raising (all ranks must pass the same
     ``check``).
     """
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(allreduce, arr, c, op, algorithm, out=out, check=check)
     run = ALGORITHMS.get(algorithm)
     if run is None:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "

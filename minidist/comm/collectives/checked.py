@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from minidist import backend
 from minidist.comm.collectives.agreement import check_same_everywhere
 from minidist.comm.collectives.basic import (
     allgather_ring,
@@ -69,7 +70,6 @@ def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
     return arr.reshape(*arr.shape, 1) if arr.ndim == rows_axis else arr
 
 
-@staged
 def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = "binomial",
               *, check: bool = True) -> np.ndarray:
     """The root's ``arr`` on every rank (the others pass an array of the same shape and dtype).
@@ -77,6 +77,8 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
     ``algorithm``: ``"binomial"`` (:func:`broadcast_binomial`, ceil(log2 P)
     rounds) or ``"linear"`` (:func:`broadcast_linear`, P-1 rounds).
     """
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(broadcast, arr, c, root, algorithm, check=check)
     schedule = list(BROADCASTS).index(algorithm) + 1 if algorithm in BROADCASTS else 0
     arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule)
     if not schedule:
@@ -85,57 +87,62 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
     return BROADCASTS[algorithm](arr, c.private(), root)
 
 
-@staged
 def reduce(arr: np.ndarray, c: Communicator, root: int = 0, op: str = "sum",
            *, check: bool = True) -> np.ndarray | None:
     """Every rank's ``arr`` reduced on the root; None elsewhere (:func:`reduce_binomial`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(reduce, arr, c, root, op, check=check)
     arr = agreed(c, "reduce", arr, op, check, root)
     return reduce_binomial(arr, c.private(), root, op)
 
 
-@staged
 def gather(arr: np.ndarray, c: Communicator, root: int = 0,
            *, check: bool = True) -> np.ndarray | None:
     """On the root, every rank's ``arr`` stacked, shape ``(P, *arr.shape)``; None elsewhere
     (:func:`gather_linear`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(gather, arr, c, root, check=check)
     arr = agreed(c, "gather", arr, None, check, root)
     out = gather_linear(with_array_rows(arr, 0), c.private(), root)
     return None if out is None else out.reshape(c.size, *arr.shape)
 
 
-@staged
 def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = True) -> np.ndarray:
     """Row ``rank`` of the root's ``arr`` of shape ``(P, ...)`` (the other ranks pass the
     same shape) (:func:`scatter_linear`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(scatter, arr, c, root, check=check)
     arr = agreed(c, "scatter", arr, None, check, root, rows=True)
     return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
-@staged
 def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(allgather, arr, c, check=check)
     arr = agreed(c, "allgather", arr, None, check)
     return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
-@staged
 def reduce_scatter(arr: np.ndarray, c: Communicator, op: str = "sum",
                    *, check: bool = True) -> np.ndarray:
     """Chunk ``rank`` of the reduction of the flattened ``arr`` over all ranks; chunk k is
     ``chunk_bounds(arr.size, P)[k]``, sizes differ by at most one (:func:`reduce_scatter_ring`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(reduce_scatter, arr, c, op, check=check)
     arr = agreed(c, "reduce_scatter", arr, op, check)
     return reduce_scatter_ring(arr.reshape(-1), c.private(), op)
 
 
-@staged
 def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndarray:
     """Row j of every rank's ``arr`` (shape ``(P, ...)``) goes to rank j: ``out[i]`` is rank
     i's row (:func:`alltoall_pairwise`)."""
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(alltoall, arr, c, check=check)
     arr = agreed(c, "alltoall", arr, None, check, rows=True)
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 
-@staged
 def alltoallv(arr: np.ndarray, counts, c: Communicator,
               *, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The all-to-all with variable counts (``MPI_Alltoallv``), as expert parallelism
@@ -151,6 +158,8 @@ def alltoallv(arr: np.ndarray, counts, c: Communicator,
     Counts that are not P non-negative integers summing to ``len(arr)`` are an error
     on every rank, with its reason on the ranks that passed them.
     """
+    if backend.on_device(arr):  # a device array: through host copies (staging.py)
+        return staged(alltoallv, arr, counts, c, check=check)
     arr = np.require(arr, requirements="C")
     counts = np.asarray(counts)
     problem = _counts_problem(arr, counts, c.size)

@@ -17,7 +17,6 @@ the collective's own traffic.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,27 +71,23 @@ def to_device(host: np.ndarray, like: Any, c: Communicator | None = None) -> Any
     return backend.xp_of(like).asarray(host)
 
 
-def staged(collective: Callable[..., Any]) -> Callable[..., Any]:
-    """``collective(arr, ...)`` that also accepts a device ``arr`` (and ``out=``): staged
-    through host copies as above. A tuple result (alltoallv's) moves its first item."""
+def staged(collective: Callable[..., Any], arr: Any, *args: Any, **kwargs: Any) -> Any:
+    """``collective(arr, *args, **kwargs)`` for a device ``arr`` (and ``out=``), through
+    host copies as above. A tuple result (alltoallv's) moves its first item.
 
-    @functools.wraps(collective)
-    def run(arr: Any, *args: Any, **kwargs: Any) -> Any:
-        if not backend.on_device(arr):
-            return collective(arr, *args, **kwargs)
-        c = next((a for a in (*args, *kwargs.values()) if isinstance(a, Communicator)), None)
-        host = to_host(arr, c)
-        out = kwargs.get("out")
-        if out is not None:
-            kwargs["out"] = host if out is arr else np.empty(out.shape, out.dtype)
-        result = collective(host, *args, **kwargs)
-        if result is None:
-            return None
-        first = result[0] if isinstance(result, tuple) else result
-        moved = to_device(first, arr, c)
-        if out is not None:
-            out[...] = moved
-            moved = out
-        return (moved, *result[1:]) if isinstance(result, tuple) else moved
-
-    return run
+    Each collective starts with ``if backend.on_device(arr): return staged(...)``, so it
+    stays a plain function (the labs' checks block it by swapping its code)."""
+    c = next((a for a in (*args, *kwargs.values()) if isinstance(a, Communicator)), None)
+    host = to_host(arr, c)
+    out = kwargs.get("out")
+    if out is not None:
+        kwargs["out"] = host if out is arr else np.empty(out.shape, out.dtype)
+    result = collective(host, *args, **kwargs)
+    if result is None:
+        return None
+    first = result[0] if isinstance(result, tuple) else result
+    moved = to_device(first, arr, c)
+    if out is not None:
+        out[...] = moved
+        moved = out
+    return (moved, *result[1:]) if isinstance(result, tuple) else moved
