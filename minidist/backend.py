@@ -90,7 +90,7 @@ def on_device(array: object) -> bool:
 
 
 def to_numpy(array: object) -> np.ndarray:
-    """A host (numpy) copy or view of any array, for printing, plotting and saving."""
+    """A host (numpy) copy or view of any array, for printing, plotting, saving and sending."""
     if isinstance(array, np.ndarray):
         return array
     if hasattr(array, "get"):  # a cupy (or strict) array: the one device-to-host copy
