@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -73,14 +74,16 @@ def graded_class(tmp_path_factory):
             shutil.copyfile(fixtures / f"{fixture}.ipynb", folder / f"{fixture}_{lab}.ipynb")
             expected[(fixture, lab)] = lost
     (name, released), = notebooks(fresh / RED_TEAM_LAB).items()
+    listener = socket.create_server(("127.0.0.1", 0))  # the kernel must not reach it
     course = {"solutions": str(ROOT / "solutions"), "tests": str(ROOT / "tests"),
-              "submissions": str(folder)}
+              "submissions": str(folder), "port": listener.getsockname()[1]}
     red_team = write_class(folder, released, notebooks(ROOT / "solutions" / RED_TEAM_LAB)[name],
                            course)
     (folder / f"cellless_{RED_TEAM_LAB}.ipynb").write_text(json.dumps({"nbformat": 4,
                                                                       "metadata": {}}))
     (folder / "mystery_lab99_nothing.ipynb").write_text(json.dumps(released))
-    results = grade(ROOT, folder, out, jobs=2, cell_timeout=CELL_TIMEOUT)
+    with listener:
+        results = grade(ROOT, folder, out, jobs=2, cell_timeout=CELL_TIMEOUT)
     return {(r.student, r.lab): r for r in results}, out, expected, red_team
 
 

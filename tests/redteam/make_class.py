@@ -162,11 +162,13 @@ def reads_the_course(nb: Notebook, course: dict) -> None:
 
 @attack("solution", [])
 def uses_the_network(nb: Notebook, course: dict) -> None:
-    """Full answers; fails a task if anything outside the kernel answers a connection."""
-    nb.prepend("answer_unbroadcast", "import socket\nfor host in ('1.1.1.1', '8.8.8.8'):\n"
-               "    try:\n        socket.create_connection((host, 53), timeout=2).close()\n"
-               "        raise AssertionError(f'reached {host}')\n    except OSError:\n"
-               "        pass\n")
+    """Full answers; fails a task if anything outside the kernel answers a connection: the
+    internet, or a port the grader's machine listens on (``course["port"]``)."""
+    targets = [("1.1.1.1", 53), ("8.8.8.8", 53), ("127.0.0.1", course["port"])]
+    nb.prepend("answer_unbroadcast", f"import socket\nfor target in {targets!r}:\n"
+               "    try:\n        socket.create_connection(target, timeout=2).close()\n"
+               "    except OSError:\n        continue\n"
+               "    raise AssertionError(f'reached {target}')\n")
 
 
 # ---- the kernel: time, memory, processes, its own death --------------------------------
@@ -269,7 +271,7 @@ def main(folder: Path) -> None:
     released = json.loads((root / "labs" / LAB / f"{LAB}.ipynb").read_text())
     solution = json.loads((root / "solutions" / LAB / f"{LAB}.ipynb").read_text())
     course = {"solutions": str(root / "solutions"), "tests": str(root / "tests"),
-              "submissions": str(folder.resolve())}
+              "submissions": str(folder.resolve()), "port": 9}
     expected = write_class(folder, released, solution, course)
     (folder.parent / f"{folder.name}-expected.json").write_text(json.dumps(expected, indent=1))
     print(f"{len(expected)} submissions in {folder}; expected scores in "
