@@ -77,8 +77,8 @@ from typing import Any
 
 import numpy as np
 
-from minidist import backend
 from minidist.autograd import Tensor
+from minidist.backend import xp_of
 from minidist.comm import Communicator, allgather, broadcast, chunk_bounds, reduce_scatter
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam, Optimizer
@@ -175,7 +175,7 @@ class ShardedOptimizer:
         self.optimizer.step()
         # 4. communication: allgather: every rank's shard, padded to the longest, to every rank
         longest = self.bounds[0][1] - self.bounds[0][0]
-        mine = backend.xp_of(self.flat).zeros(longest, self.flat.dtype)  # where flat lives
+        mine = xp_of(self.flat).zeros(longest, self.flat.dtype)  # where flat lives
         mine[:hi - lo] = self.shard.data
         shards = allgather(mine, self.comm, check=False)
         for (start, stop), row in zip(self.bounds, shards, strict=True):
