@@ -87,7 +87,10 @@ def run_mpi(fn: Callable[..., Any], world_size: int, args: tuple = (),
     # 3. the job's command, first: a missing mpiexec is named before anything is written
     command = guarded_command(world_size, ["-m", "minidist.comm.transport.launch_worker"],
                               hostfile, mpiexec_args)
-    with tempfile.TemporaryDirectory(prefix="minidist-launch-", dir=workdir) as tmp:
+    # a rank's process may still be writing as the folder goes (the job's tree is stopped,
+    # but an exiting process can outlive that by a moment): its removal must not fail the run
+    with tempfile.TemporaryDirectory(prefix="minidist-launch-", dir=workdir,
+                                     ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
         # 1-2. the function, its arguments and where to import from
         (folder / PAYLOAD).write_bytes(_pickle_by_value(fn, args))
