@@ -26,20 +26,18 @@ import numpy as np
 
 from minidist import backend
 from minidist.comm.transport.communicator import Communicator
+from minidist.comm.transport.stats import Counters
 from minidist.comm.transport.trace import trace_enabled
 
 
 @dataclass
-class StagedCopies:
+class StagedCopies(Counters):
     """Copies between device and host made for communication, and their bytes."""
 
     to_host: int = 0
     to_device: int = 0
     bytes_to_host: int = 0
     bytes_to_device: int = 0
-
-    def reset(self) -> None:
-        self.to_host = self.to_device = self.bytes_to_host = self.bytes_to_device = 0
 
 
 STAGED = StagedCopies()

@@ -20,13 +20,8 @@ from dataclasses import dataclass, field, fields
 
 
 @dataclass
-class CommStats:
-    """Traffic counters of one rank; ``reset()`` zeroes them, ``copy()`` snapshots."""
-
-    messages_sent: int = 0
-    bytes_sent: int = 0
-    messages_recv: int = 0
-    bytes_recv: int = 0
+class Counters:
+    """Fields that count; ``reset()`` zeroes them, ``copy()`` snapshots."""
 
     def reset(self) -> None:
         """Zero every counter (call it on every rank, between two measured phases)."""
@@ -34,9 +29,19 @@ class CommStats:
         for counter in fields(self):
             setattr(self, counter.name, getattr(fresh, counter.name))
 
-    def copy(self) -> CommStats:
+    def copy(self) -> Counters:
         """A snapshot that later traffic will not change."""
         return copy.deepcopy(self)
+
+
+@dataclass
+class CommStats(Counters):
+    """Traffic counters of one rank."""
+
+    messages_sent: int = 0
+    bytes_sent: int = 0
+    messages_recv: int = 0
+    bytes_recv: int = 0
 
 
 @dataclass
