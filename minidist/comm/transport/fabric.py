@@ -183,6 +183,12 @@ class Fabric:
             self.queued.add(world_rank)
             self.turns.append(world_rank)
 
+    def take_turn(self) -> int:
+        """The first queued rank, off the queue."""
+        world_rank = self.turns.popleft()
+        self.queued.discard(world_rank)
+        return world_rank
+
     def pass_turn(self, world_rank: int) -> None:
         """Let the other ranks run before this one goes on (a request that tested
         incomplete: it cannot complete unless someone else runs)."""

@@ -22,7 +22,18 @@ if TYPE_CHECKING:
     from minidist.comm.transport.local import LocalCommunicator
 
 
-class SendRequest(Request):
+class PointToPoint(Request):
+    """What a send and a receive share as waits: the one peer that can complete them."""
+
+    __slots__ = ()
+    comm: LocalCommunicator
+    peer: int
+
+    def peers(self) -> list[tuple[int, int]]:
+        return [(self.peer, self.comm.members[self.peer])]
+
+
+class SendRequest(PointToPoint):
     """An isend in flight: complete at once (eager), or once matched (rendezvous)."""
 
     __slots__ = ("comm", "message", "peer", "tag", "ends", "rank")
@@ -39,8 +50,6 @@ class SendRequest(Request):
     def done(self) -> bool:
         return self.message.matched or not self.message.rendezvous
 
-    def peers(self) -> list[tuple[int, int]]:
-        return [(self.peer, self.comm.members[self.peer])]
 
     def test(self) -> bool:
         if not self.done():
@@ -57,7 +66,7 @@ class SendRequest(Request):
         self.test()
 
 
-class RecvRequest(Request):
+class RecvRequest(PointToPoint):
     """An irecv: complete once a message matched it and its data and times are in."""
 
     __slots__ = ("comm", "posted", "buf", "peer", "tag", "posted_at", "completed", "rank")
@@ -74,8 +83,6 @@ class RecvRequest(Request):
     def done(self) -> bool:
         return self.posted.message is not None
 
-    def peers(self) -> list[tuple[int, int]]:
-        return [(self.peer, self.comm.members[self.peer])]
 
     def test(self) -> bool:
         if not self.completed:

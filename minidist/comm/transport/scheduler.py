@@ -44,8 +44,7 @@ def run_ranks(fabric: Fabric, bodies: list[Callable[[], None]]) -> None:
         (one switch, not two through the hub), or to the hub when none is queued or
         the next has not started (it starts from the hub, on a stack of its own)."""
         if fabric.turns and tasks[fabric.turns[0]]:  # queued, and started (not ended)
-            rank = fabric.turns.popleft()
-            fabric.queued.discard(rank)
+            rank = fabric.take_turn()
             if tasks[rank] is not greenlet.getcurrent():  # (a rank that passed its turn
                 tasks[rank].switch()                      # may find itself next)
         else:
@@ -60,7 +59,6 @@ def run_ranks(fabric: Fabric, bodies: list[Callable[[], None]]) -> None:
                 break  # every rank has ended
             for rank in fabric.settle():
                 fabric.queue_turn(rank)
-        rank = fabric.turns.popleft()
-        fabric.queued.discard(rank)
+        rank = fabric.take_turn()
         if not tasks[rank].dead:
             tasks[rank].switch()
