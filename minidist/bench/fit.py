@@ -24,6 +24,15 @@
    (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and
    ``copy_s``, and the price of first touching fresh memory
    (``page_fault_s_per_byte``).
+4. the host's memory bus, for the model of ranks that share a host
+   (``comm/cost/network.py``, ``host_curve``): at 64 KiB to 64 MiB (factors
+   of 4), k processes copy a vector at once, k = 1 up to this machine's cores;
+   ``B_1`` is one copy's bandwidth alone, ``B_host`` the most all k copy
+   together (``host_copy_bandwidth``).
+
+``python -m minidist.bench.allreduce`` runs the same measurements at each
+size just before timing it (``fit`` on that size), so that the model it
+prints is fitted in the conditions of the run.
 
 Buffers are reused between repetitions, as a training loop or the
 benchmark reuses its arrays, so short ones are measured in cache: that is
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import mmap
+import multiprocessing
 import os
 import platform
 import sys
@@ -47,13 +57,14 @@ from functools import partial
 
 import numpy as np
 
-from minidist.bench.allreduce import parse_size
+from minidist.comm.cost.mpich import FRESH_FROM
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
 from minidist.util.mpiexec import run_module_under_mpi
 
 SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
 CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
 SLOPE_FROM = 1 << 20  # bytes: beta is the slope from here up
+HOST_SIZES = [64 << 10 << 2 * k for k in range(6)]  # 64 KiB, 256 KiB, ..., 64 MiB
 
 
 def timed(mpi_comm, call: Callable[[], None], repeats: int,  # noqa: ANN001
@@ -156,6 +167,56 @@ def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> floa
     return max(0.0, timed(mpi_comm, fill_fresh, repeats) - warm) / nbytes
 
 
+def _copies(nbytes: int, repeats: int, start, results) -> None:  # noqa: ANN001
+    """One of k processes: copy ``nbytes`` ``repeats`` times from the common start."""
+    source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    np.copyto(target, source)  # touch every page before the clock starts
+    start.wait()
+    began = time.perf_counter()
+    for _ in range(repeats):
+        np.copyto(target, source)
+    results.put(time.perf_counter() - began)
+
+
+def host_copy_bandwidth(nbytes: int, most: int) -> tuple[float, float]:
+    """``(B_1, B_host)`` in bytes/s: k processes copy ``nbytes`` at once, k = 1..``most``;
+    ``B_1`` is k = 1, ``B_host`` the most bytes all k copied per second (the slowest's time).
+
+    Processes, not MPI ranks: the fit runs on 2 ranks, the bus is shared by
+    every core. Each copies about 256 MiB (at least 10 times) after a common
+    start, so that the copies overlap.
+    """
+    context = multiprocessing.get_context("fork")
+    repeats = max(10, (256 << 20) // nbytes)
+    rates = []
+    for k in range(1, most + 1):
+        start, results = context.Barrier(k), context.Queue()
+        workers = [context.Process(target=_copies, args=(nbytes, repeats, start, results))
+                   for _ in range(k)]
+        for worker in workers:
+            worker.start()
+        slowest = max(results.get() for _ in workers)
+        for worker in workers:
+            worker.join()
+        rates.append(k * nbytes * repeats / slowest)
+    return rates[0], max(rates)
+
+
+def cores() -> int:
+    """The cores this process may run on: the most copies the host bus is tried with."""
+    return len(os.sched_getaffinity(0))
+
+
+def host_curve(mpi_comm, sizes: list[int], most: int | None = None) -> tuple:  # noqa: ANN001
+    """``((nbytes, B_1, B_host), ...)`` on rank 0 (the other ranks wait without spinning)."""
+    curve = tuple((n, *host_copy_bandwidth(n, most or cores())) for n in sizes
+                  ) if mpi_comm.Get_rank() == 0 else ()
+    waiting = mpi_comm.Ibarrier()
+    while not waiting.Test():
+        time.sleep(1e-3)
+    return curve
+
+
 def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
     """Seconds of one exchange of 4 bytes through ``comm.allreduce`` (no check)."""
     from minidist.comm.collectives.allreduce import allreduce
@@ -169,26 +230,33 @@ def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
                                                  check=False), repeats) for _ in range(3))
 
 
-def fit(mpi_comm, sizes: list[int] = SIZES) -> tuple[NetworkModel, dict] | None:  # noqa: ANN001
-    """Run the measurements on 2 ranks at ``sizes`` (some of :data:`SIZES`); rank 0 gets
-    the model and the raw numbers."""
+def fit(mpi_comm, sizes: list[int] = SIZES,  # noqa: ANN001
+        host_sizes: list[int] | None = None) -> tuple[NetworkModel, dict] | None:
+    """Run the measurements on 2 ranks at ``sizes`` (8 B and any of :data:`SIZES`, or
+    one size for a flat model of it; the bus at ``host_sizes``, default those of
+    :data:`HOST_SIZES` within ``sizes``); rank 0 gets the model and the raw numbers.
+    The page faults are measured only when a size reaches ``FRESH_FROM``."""
+    sizes = sorted({8, *sizes})
+    host_sizes = [n for n in HOST_SIZES if n in sizes] if host_sizes is None else host_sizes
     ping_pong = message_times(mpi_comm, exchange=False, sizes=sizes)
     exchange = message_times(mpi_comm, exchange=True, sizes=sizes)
     local = local_times(mpi_comm, sizes)
     adding = local["add"]
-    fault = page_fault_cost(mpi_comm)
+    fault = page_fault_cost(mpi_comm) if max(sizes) >= FRESH_FROM else 0.0
     alpha = library_latency(mpi_comm)
+    bus = host_curve(mpi_comm, host_sizes)
     if mpi_comm.Get_rank() != 0:
         return None
     alpha_mpi = ping_pong[8]
     curve = tuple((n, max(0.0, exchange[n] - alpha_mpi) / n, adding[n] / n)
                   for n in sizes if n >= CURVE_FROM)
     largest = max(adding)
-    model = NetworkModel(alpha=alpha, beta=slope(exchange), gamma=adding[largest] / largest,
-                         curve=curve)
+    long = sum(n >= SLOPE_FROM for n in sizes) >= 2  # else beta is the largest size's
+    model = NetworkModel(alpha=alpha, beta=slope(exchange) if long else curve[-1][1],
+                         gamma=adding[largest] / largest, curve=curve, host_curve=bus)
     notes = {"host": platform.node(), "when": time.strftime("%Y-%m-%d %H:%M:%S"),
              "load_average": os.getloadavg()[0], "alpha_mpi": alpha_mpi,
-             "beta_ping_pong": slope(ping_pong),
+             "beta_ping_pong": slope(ping_pong) if long else ping_pong[largest] / largest,
              "ping_pong_one_way_s": {str(k): v for k, v in ping_pong.items()},
              "exchange_s": {str(k): v for k, v in exchange.items()},
              "page_fault_s_per_byte": fault,
@@ -205,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-size", default="64M", help="the largest message (default 64M; "
                         "at least 2M: beta is the slope from 1 MiB up)")
     args = parser.parse_args(argv)
+    from minidist.bench.allreduce import parse_size
+
     sizes = [n for n in SIZES if n <= parse_size(args.max_size)]
     if sum(n >= SLOPE_FROM for n in sizes) < 2:
         parser.error(f"--max-size {args.max_size}: at least 2M (beta is the slope from 1 MiB up)")
@@ -229,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes, beta, gamma in model.curve:
         print(f"{nbytes:>10} {1e-9 / beta if beta else float('inf'):14.2f} "
               f"{1e-9 / gamma:12.2f}")
+    print(f"host bus, {cores()} cores: {'bytes':>10} {'B_1 GB/s':>9} {'B_host GB/s':>12} "
+          f"{'S = B_host/B_1':>15}")
+    for nbytes, alone, together in model.host_curve:
+        print(f"{'':>21}{nbytes:>10} {alone / 1e9:9.2f} {together / 1e9:12.2f} "
+              f"{together / alone:15.2f}")
     if not args.dry_run:
         print(f"saved to {save_network_model(model, args.out, **notes)}")
     return 0

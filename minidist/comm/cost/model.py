@@ -228,6 +228,26 @@ MODELS = {"naive": naive_cost, "ps": ps_cost, "ring": ring_cost, "tree": tree_co
           "mpi": mpi_cost}
 
 
+def _power_of_two_below(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+def _widest_tree_level(p: int) -> int:
+    """Most transfers at once in the heap tree: the left children of its widest level
+    (a parent takes its children in turn), received and reduced together."""
+    return max((sum(q % 2 for q in range((1 << d) - 1, min(2 << d, p + 1) - 1))
+                for d in range(1, p.bit_length())), default=1)
+
+
+# How many ranks of one host copy or reduce at once in an algorithm's widest step, for
+# the shared memory bus (NetworkModel.sharing): every rank in the ring, the parameter
+# server's pushes and recursive doubling's exchanges; the root alone in naive.
+STREAMS: dict[str, Callable[[int], int]] = {
+    "naive": lambda p: 1, "ps": lambda p: p, "ring": lambda p: p,
+    "tree": _widest_tree_level, "double_tree": _widest_tree_level,
+    "recursive_doubling": _power_of_two_below, "mpi": _power_of_two_below}
+
+
 def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") -> Cost:
     """The agreement check of ``allreduce(check=True)`` (see ``agreement.py``).
 
@@ -270,6 +290,9 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     ``itemsize`` fixes how the vector is cut (chunks are whole elements);
     ``network`` defaults to ``NetworkModel()``, as ``LocalCluster``'s does (pass
     ``load_network_model()`` for this machine's fit).
+    A ``network`` with a ``host_curve`` prices the ranks as sharing one host's
+    memory bus (``NetworkModel.sharing``, ``STREAMS``): a prediction of an MPI
+    run on one host, which the in-process clock does not follow.
     ``check=True`` adds the agreement check that ``allreduce`` runs by
     default (:func:`check_cost`); its time is then the sum of the two
     parts (exact when P is a power of two: all ranks leave the check at once).
@@ -278,8 +301,10 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     if world_size == 1 or nbytes == 0:
         cost = _empty(algorithm, world_size, nbytes)
     else:
-        # every message of the collective priced at the vector's size (NetworkModel.at)
-        cost = MODELS[algorithm](world_size, nbytes, itemsize, network.at(nbytes))
+        # every message of the collective priced at the vector's size (NetworkModel.at), and
+        # slower where its ranks share a host's memory bus (only with a host_curve)
+        shared = network.shared(STREAMS[algorithm](world_size), nbytes)
+        cost = MODELS[algorithm](world_size, nbytes, itemsize, shared)
     if not check or world_size == 1:
         return cost
     header = check_cost(world_size, nbytes, network, algorithm)

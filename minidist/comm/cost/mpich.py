@@ -78,15 +78,19 @@ def load_local_prices(path: str | None = None) -> LocalPrices:
     found = network_model_path() if path is None else path
     try:
         with open(found) as file:
-            saved = json.load(file)
+            return local_prices(json.load(file))
     except (OSError, ValueError):
         return LocalPrices()
 
+
+def local_prices(fitted: dict) -> LocalPrices:
+    """The prices in a fit's raw numbers (``bench.fit.fit``'s notes, or the saved JSON)."""
+
     def curve(key: str) -> tuple[tuple[int, float], ...]:
-        return tuple(sorted((int(n), float(s) / int(n)) for n, s in saved.get(key, {}).items()))
+        return tuple(sorted((int(n), float(s) / int(n)) for n, s in fitted.get(key, {}).items()))
 
     return LocalPrices(curve("mpi_reduce_s"), curve("copy_s"),
-                       float(saved.get("page_fault_s_per_byte", 0.0)))
+                       float(fitted.get("page_fault_s_per_byte", 0.0)))
 
 
 def mpich_time(p: int, nbytes: int, net: NetworkModel, local: LocalPrices | None = None) -> float:
@@ -98,18 +102,19 @@ def mpich_time(p: int, nbytes: int, net: NetworkModel, local: LocalPrices | None
     recursive doubling: ``copy(N) + log2 P' (m(N) + r_MPI(N))`` (same extra);
     from ``FRESH_FROM`` up, a page fault per page received into the temporary
     buffer. Every message and reduction is priced at the vector's size, as in
-    ``cost.py``.
+    ``cost/model.py``, and, with a ``host_curve``, as shared by the ranks of one host.
     """
     if p == 1 or nbytes == 0:
         return 0.0
     local = LocalPrices() if local is None else local
-    flat = net.at(nbytes)
-
-    def reduce(n: float) -> float:
-        return local.reduce_time(n, nbytes, net)
-
     steps = p.bit_length() - 1
     extra = p != 1 << steps
+    # with a host_curve: P' ranks exchange and reduce at once, all P copy (NetworkModel.sharing)
+    flat, slower = net.shared(1 << steps, nbytes), net.sharing(1 << steps, nbytes)
+
+    def reduce(n: float) -> float:
+        return local.reduce_time(n, nbytes, net) * slower
+
     fold = 2 * flat.message_time(nbytes) + reduce(nbytes) if extra else 0.0
     rabenseifner, share = 0.0, float(nbytes)
     for _ in range(steps):
@@ -118,5 +123,6 @@ def mpich_time(p: int, nbytes: int, net: NetworkModel, local: LocalPrices | None
     doubling = steps * (flat.message_time(nbytes) + reduce(nbytes))
     # the bytes received into the temporary buffer: N - N/P' halving (N doubling), N folding
     touched = (nbytes if extra else 0) + (nbytes - share if rabenseifner <= doubling else nbytes)
-    faults = local.page_fault * touched if nbytes >= FRESH_FROM else 0.0
-    return local.copy_time(nbytes, nbytes, net) + fold + min(rabenseifner, doubling) + faults
+    faults = local.page_fault * touched * slower if nbytes >= FRESH_FROM else 0.0
+    copy = local.copy_time(nbytes, nbytes, net) * net.sharing(p, nbytes)
+    return copy + fold + min(rabenseifner, doubling) + faults

@@ -51,6 +51,35 @@ Where the numbers come from:
 2. otherwise the defaults below: round figures of an MPI ping-pong between
    two ranks of one host (mpi4py buffer methods, MPICH shared memory) and of
    an in-place ``np.add``.
+
+**Ranks that share a host share its memory bus** (an option, for predicting
+MPI runs; the in-process transport's clock never uses it). Every link above
+is independent: a ring step costs the same on 2 ranks as on 16. On one
+host it does not: every message is a copy by a CPU core, every reduction
+streams memory, and the cores share one memory bus. So the model may carry
+a ``host_curve``: points ``(nbytes, copy_bandwidth, host_bandwidth)``, the
+bytes per second one rank copies alone (B_1) and all the host's ranks
+copy together at most (B_host), measured on vectors of that size by
+``bench.fit`` (k concurrent copies, k = 1 up to the host's cores). The rule:
+in a step where k ranks of one host copy or reduce at once, each gets at most
+B_host / k of the bus, so an operation that alone takes ``t`` (its bytes
+part: ``beta·n`` or ``gamma·n``; alpha is not memory) takes
+
+    t · max(1, k / S) / max(1, 2 / S),     S = B_host / B_1
+
+where S is how many ranks stream at full speed before the bus is full, and
+the divisor undoes the sharing already inside β and γ (they are fitted with
+two ranks at once). :meth:`NetworkModel.sharing` gives that factor;
+``cost.predict`` applies it with each algorithm's k (``model.STREAMS``).
+``ranks_per_host`` caps k (0: every rank on one host).
+
+Where it stops: one host, vectors priced at one point of the curve (a
+collective whose pieces fit in a cache while the whole does not is priced
+as the whole); k is the number of ranks busy in an algorithm's widest step
+(an upper bound for a tree's upper levels); across hosts the network card,
+not the bus, is shared, and nothing here models that (``ranks_per_host``
+only caps k). A rank waiting for a core (more ranks than cores) is no part
+of it either.
 """
 
 from __future__ import annotations
@@ -59,14 +88,17 @@ import json
 import math
 import os
 from bisect import bisect_left
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 DEFAULT_ALPHA = 1.5e-6  # seconds per message (one-way latency)
 DEFAULT_BETA = 1.5e-10  # seconds per byte
 DEFAULT_GAMMA = 5e-11  # seconds per byte reduced
 
+FIT_RANKS = 2  # beta and gamma are fitted with this many ranks of one host at once
+
 CurvePoint = tuple[int, float, float]  # (message bytes, beta there, gamma there)
+HostPoint = tuple[int, float, float]  # (vector bytes, B_1 alone, B_host all), bytes/s
 
 
 @dataclass(frozen=True)
@@ -77,20 +109,27 @@ class NetworkModel:
     beta: float = DEFAULT_BETA
     gamma: float = DEFAULT_GAMMA
     curve: tuple[CurvePoint, ...] = ()  # sorted by size; empty: beta and gamma everywhere
+    host_curve: tuple[HostPoint, ...] = ()  # empty: every link independent (the clock's rule)
+    ranks_per_host: int = 0  # ranks that share one memory bus; 0: all of them
 
     def __post_init__(self) -> None:
-        points = tuple((int(n), float(b), float(g)) for n, b, g in self.curve)
-        if any(n <= 0 for n, _, _ in points) or list(points) != sorted(points):
-            raise ValueError("curve: points must have positive, increasing sizes")
-        object.__setattr__(self, "curve", points)
+        for name in ("curve", "host_curve"):
+            points = tuple((int(n), float(a), float(b)) for n, a, b in getattr(self, name))
+            if any(n <= 0 for n, _, _ in points) or list(points) != sorted(points):
+                raise ValueError(f"{name}: points must have positive, increasing sizes")
+            object.__setattr__(self, name, points)
+        if any(alone <= 0 or together <= 0 for _, alone, together in self.host_curve):
+            raise ValueError("host_curve: bandwidths must be positive")
+        if self.ranks_per_host < 0:
+            raise ValueError(f"ranks_per_host must be >= 0, not {self.ranks_per_host}")
 
     def beta_at(self, nbytes: int) -> float:
         """Seconds per byte of a message of ``nbytes`` (β read off the curve)."""
-        return self._read(nbytes, 1) if self.curve else self.beta
+        return _read(self.curve, nbytes, 1) if self.curve else self.beta
 
     def gamma_at(self, nbytes: int) -> float:
         """Seconds per byte of reducing ``nbytes`` at once (γ read off the curve)."""
-        return self._read(nbytes, 2) if self.curve else self.gamma
+        return _read(self.curve, nbytes, 2) if self.curve else self.gamma
 
     def message_time(self, nbytes: int) -> float:
         """Seconds to move one message of ``nbytes``: ``alpha + beta(n) · n``."""
@@ -112,21 +151,40 @@ class NetworkModel:
         """
         if not self.curve:
             return self
-        return NetworkModel(self.alpha, self.beta_at(nbytes), self.gamma_at(nbytes))
+        return replace(self, beta=self.beta_at(nbytes), gamma=self.gamma_at(nbytes), curve=())
 
-    def _read(self, nbytes: int, column: int) -> float:
-        """Interpolate ``column`` of the curve at ``nbytes``, linearly in log2 of the size."""
-        curve = self.curve
-        k = bisect_left(curve, (nbytes,))
-        if k == 0 or nbytes <= 0:
-            return curve[0][column]
-        if k == len(curve):
-            return curve[-1][column]
-        (n0, *low), (n1, *high) = curve[k - 1], curve[k]
-        if nbytes == n1:
-            return high[column - 1]
-        share = math.log2(nbytes / n0) / math.log2(n1 / n0)
-        return low[column - 1] + share * (high[column - 1] - low[column - 1])
+    def sharing(self, k: int, nbytes: int) -> float:
+        """How much slower than fitted a byte moves when ``k`` ranks of one host copy or
+        reduce ``nbytes``-byte vectors at once: ``max(1, k/S) / max(1, 2/S)`` (1 without a
+        ``host_curve``: independent links)."""
+        if not self.host_curve:
+            return 1.0
+        k = min(k, self.ranks_per_host) if self.ranks_per_host else k
+        streams = _read(self.host_curve, nbytes, 2) / _read(self.host_curve, nbytes, 1)
+        return max(1.0, k / streams) / max(1.0, FIT_RANKS / streams)
+
+    def shared(self, k: int, nbytes: int) -> NetworkModel:
+        """The flat, independent-link model of a collective on ``nbytes`` in which ``k``
+        ranks of one host stream memory at once (:meth:`sharing` applied to β and γ)."""
+        flat, slower = self.at(nbytes), self.sharing(k, nbytes)
+        return replace(flat, beta=flat.beta * slower, gamma=flat.gamma * slower,
+                       host_curve=())
+
+
+
+def _read(curve: tuple[tuple[int, float, float], ...], nbytes: int, column: int) -> float:
+    """Interpolate ``column`` of ``curve`` at ``nbytes``, linearly in log2 of the size
+    (held flat outside its points)."""
+    k = bisect_left(curve, (nbytes,))
+    if k == 0 or nbytes <= 0:
+        return curve[0][column]
+    if k == len(curve):
+        return curve[-1][column]
+    (n0, *low), (n1, *high) = curve[k - 1], curve[k]
+    if nbytes == n1:
+        return high[column - 1]
+    share = math.log2(nbytes / n0) / math.log2(n1 / n0)
+    return low[column - 1] + share * (high[column - 1] - low[column - 1])
 
 
 def network_model_path() -> Path:
@@ -137,15 +195,22 @@ def network_model_path() -> Path:
     return Path.home() / ".cache" / "minidist" / "network.json"
 
 
-def load_network_model(path: str | os.PathLike | None = None) -> NetworkModel:
-    """The saved fit if there is one, else the built-in defaults."""
+def load_network_model(path: str | os.PathLike | None = None,
+                       host: bool = False) -> NetworkModel:
+    """The saved fit if there is one, else the built-in defaults.
+
+    ``host=True`` adds the fitted ``host_curve`` (to predict MPI runs on one
+    host); by default links stay independent, as the in-process clock prices them.
+    """
     path = Path(path) if path is not None else network_model_path()
     if not path.exists():
         return NetworkModel()
     try:
         saved = json.loads(path.read_text())
         return NetworkModel(float(saved["alpha"]), float(saved["beta"]), float(saved["gamma"]),
-                            tuple(tuple(point) for point in saved.get("curve", ())))
+                            tuple(tuple(point) for point in saved.get("curve", ())),
+                            tuple(tuple(point) for point in saved.get("host_curve", ()))
+                            if host else ())
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a network model ({err}); delete it or refit") from err
 
