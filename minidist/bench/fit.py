@@ -31,8 +31,7 @@
    together (``host_copy_bandwidth``).
 
 ``python -m minidist.bench.allreduce`` runs the same measurements at each
-size just before timing it (``fit`` on that size), so that the model it
-prints is fitted in the conditions of the run.
+size just before timing it (``fit`` on that size): a model fitted in the run's conditions.
 
 Buffers are reused between repetitions, as a training loop or the
 benchmark reuses its arrays, so short ones are measured in cache: that is
@@ -182,9 +181,8 @@ def host_copy_bandwidth(nbytes: int, most: int) -> tuple[float, float]:
     """``(B_1, B_host)`` in bytes/s: k processes copy ``nbytes`` at once, k = 1..``most``;
     ``B_1`` is k = 1, ``B_host`` the most bytes all k copied per second (the slowest's time).
 
-    Processes, not MPI ranks: the fit runs on 2 ranks, the bus is shared by
-    every core. Each copies about 256 MiB (at least 10 times) after a common
-    start, so that the copies overlap.
+    Processes, not MPI ranks (the fit runs on 2, the bus serves every core), each
+    copying about 256 MiB (at least 10 times) after a common start, so that they overlap.
     """
     context = multiprocessing.get_context("fork")
     repeats = max(10, (256 << 20) // nbytes)
@@ -202,14 +200,11 @@ def host_copy_bandwidth(nbytes: int, most: int) -> tuple[float, float]:
     return rates[0], max(rates)
 
 
-def cores() -> int:
-    """The cores this process may run on: the most copies the host bus is tried with."""
-    return len(os.sched_getaffinity(0))
-
-
-def host_curve(mpi_comm, sizes: list[int], most: int | None = None) -> tuple:  # noqa: ANN001
-    """``((nbytes, B_1, B_host), ...)`` on rank 0 (the other ranks wait without spinning)."""
-    curve = tuple((n, *host_copy_bandwidth(n, most or cores())) for n in sizes
+def host_curve(mpi_comm, sizes: list[int]) -> tuple:  # noqa: ANN001
+    """``((nbytes, B_1, B_host), ...)`` on rank 0, k up to the cores it may use (the other
+    ranks wait without spinning)."""
+    most = len(os.sched_getaffinity(0))
+    curve = tuple((n, *host_copy_bandwidth(n, most)) for n in sizes
                   ) if mpi_comm.Get_rank() == 0 else ()
     waiting = mpi_comm.Ibarrier()
     while not waiting.Test():
@@ -299,11 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes, beta, gamma in model.curve:
         print(f"{nbytes:>10} {1e-9 / beta if beta else float('inf'):14.2f} "
               f"{1e-9 / gamma:12.2f}")
-    print(f"host bus, {cores()} cores: {'bytes':>10} {'B_1 GB/s':>9} {'B_host GB/s':>12} "
-          f"{'S = B_host/B_1':>15}")
+    print(f"host bus ({len(os.sched_getaffinity(0))} cores): bytes, B_1 and B_host GB/s, S")
     for nbytes, alone, together in model.host_curve:
-        print(f"{'':>21}{nbytes:>10} {alone / 1e9:9.2f} {together / 1e9:12.2f} "
-              f"{together / alone:15.2f}")
+        print(f"{nbytes:>10} {alone / 1e9:9.2f} {together / 1e9:9.2f} {together / alone:6.2f}")
     if not args.dry_run:
         print(f"saved to {save_network_model(model, args.out, **notes)}")
     return 0
