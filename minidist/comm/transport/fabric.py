@@ -52,6 +52,7 @@ class Message:
 
     data: np.ndarray
     start: float  # when the transfer began, on the sender's clock (seconds)
+    cost: float  # m(n), seconds on each link (sender and receiver price alike)
     start_round: float  # the same, on its rounds clock
     sender: int  # world rank, woken when a rendezvous message is matched
     rendezvous: bool = False  # the sender waits until a receive has matched it

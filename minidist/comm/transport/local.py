@@ -128,14 +128,15 @@ class LocalCommunicator(Communicator):
         state, stats, net = self.state, self.state.stats, self.state.prices
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
-        start, end = stats.seconds.start_send(net.message_time(buf.nbytes))
+        cost = net.message_time(buf.nbytes)
+        start, end = stats.seconds.start_send(cost)
         start_round, end_round = stats.latencies.start_send(1)
         stats.messages_sent += 1
         stats.bytes_sent += buf.nbytes
         if state.trace:
             trace_message(state.world_rank, self.members[dest], tag, buf.nbytes)
         rendezvous = state.eager_limit is not None and buf.nbytes > state.eager_limit
-        message = Message(buf, start, start_round, state.world_rank, rendezvous)
+        message = Message(buf, start, cost, start_round, state.world_rank, rendezvous)
         # communication: copied into dest's posted receive, or to wait in its mailbox
         self.fabric.deliver((self.context, self.rank, dest, tag), message, self.members[dest])
         return SendRequest(self, message, dest, tag, (end, end_round))

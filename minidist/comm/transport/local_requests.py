@@ -50,20 +50,22 @@ class SendRequest(PointToPoint):
     def done(self) -> bool:
         return self.message.matched or not self.message.rendezvous
 
-
     def test(self) -> bool:
         if not self.done():
             self.comm.fabric.pass_turn(self.comm.state.world_rank)
             return False
-        stats = self.comm.state.stats
-        stats.seconds.wait_until(self.ends[0])
-        stats.latencies.wait_until(self.ends[1])
+        self._complete()
         return True
 
     def wait(self) -> None:
         if not self.done():
             self.comm.fabric.block_until(self.comm.state.world_rank, self)
-        self.test()
+        self._complete()
+
+    def _complete(self) -> None:
+        stats = self.comm.state.stats
+        stats.seconds.wait_until(self.ends[0])
+        stats.latencies.wait_until(self.ends[1])
 
 
 class RecvRequest(PointToPoint):
@@ -82,7 +84,6 @@ class RecvRequest(PointToPoint):
 
     def done(self) -> bool:
         return self.posted.message is not None
-
 
     def test(self) -> bool:
         if not self.completed:
@@ -103,12 +104,9 @@ class RecvRequest(PointToPoint):
         if data is not buf:  # it did not fit (Message's docstring)
             raise ValueError(f"rank {self.rank}: {self.what}: message is "
                              f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
-        nbytes = data.nbytes
-        state = self.comm.state
-        stats = state.stats
-        stats.seconds.finish_recv(message.start, self.posted_at[0],
-                                  state.prices.message_time(nbytes))
+        stats = self.comm.state.stats
+        stats.seconds.finish_recv(message.start, self.posted_at[0], message.cost)
         stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
         stats.messages_recv += 1
-        stats.bytes_recv += nbytes
+        stats.bytes_recv += data.nbytes
         self.completed = True

@@ -57,7 +57,7 @@ class Timeline:
 
     def start_send(self, cost: float) -> tuple[float, float]:
         """A send posted now: returns (start, end) of its transfer on the outgoing link."""
-        start = max(self.now, self.send_free)
+        start = self.now if self.now > self.send_free else self.send_free
         self.send_free = start + cost
         return start, self.send_free
 
@@ -65,11 +65,13 @@ class Timeline:
         """A receive posted at ``posted_at`` completes a transfer that started at ``start``."""
         begin = max(start, posted_at, self.recv_free)
         self.recv_free = begin + cost
-        self.now = max(self.now, self.recv_free)
+        if self.recv_free > self.now:
+            self.now = self.recv_free
 
     def wait_until(self, when: float) -> None:
         """Nothing more to do before ``when``."""
-        self.now = max(self.now, when)
+        if when > self.now:
+            self.now = when
 
 
 @dataclass(repr=False)
