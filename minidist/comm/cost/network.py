@@ -62,8 +62,10 @@ bytes per second one rank copies alone (B_1) and all the host's ranks
 copy together at most (B_host), measured on vectors of that size by
 ``bench.fit`` (k concurrent copies, k = 1 up to the host's cores). The rule:
 in a step where k ranks of one host copy or reduce at once, each gets at most
-B_host / k of the bus, so an operation that alone takes ``t`` (its bytes
-part: ``beta·n`` or ``gamma·n``; alpha is not memory) takes
+B_host / k of the bus; alone a rank streams at B_1 (copying or adding alike),
+so an operation that alone takes ``t`` (its bytes part: ``beta·n`` or
+``gamma·n``; alpha is not memory) takes ``b / min(B_1, B_host / k)`` for its
+``b = t·B_1`` bytes of traffic:
 
     t · max(1, k / S) / max(1, 2 / S),     S = B_host / B_1
 
