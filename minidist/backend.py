@@ -89,13 +89,25 @@ def on_device(array: object) -> bool:
         type(array).__module__.startswith("cupy")
 
 
-def to_numpy(array: object) -> np.ndarray:
-    """A host (numpy) copy or view of any array, for printing, plotting, saving and sending."""
+def to_numpy(array: object, out: np.ndarray | None = None) -> np.ndarray:
+    """A host (numpy) copy or view of any array, for printing, plotting, saving and sending.
+
+    ``out``: a host buffer (e.g. ``host_empty``'s) that a device array is copied into."""
     if isinstance(array, np.ndarray):
         return array
     if hasattr(array, "get"):  # a cupy (or strict) array: the one device-to-host copy
-        return array.get()
+        return array.get() if out is None else array.get(out=out)
     return np.asarray(array)
+
+
+def host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A host buffer to stage device data through: pinned (page-locked) memory from
+    cupy's pool when computing on a GPU, so copies to and from it run at the bus's
+    full speed; plain numpy memory otherwise."""
+    if get_device() == "cuda":
+        import cupyx
+        return cupyx.empty_pinned(shape, dtype)
+    return np.empty(shape, dtype)
 
 
 def gpu_available() -> bool:

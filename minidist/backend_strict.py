@@ -174,9 +174,12 @@ class StrictArray:
         return Flags(self._a.flags)
 
     # ---- explicit copies to the host -----------------------------------------------------------
-    def get(self) -> np.ndarray:
-        """A numpy copy (cupy's device-to-host copy)."""
-        return self._a.copy()
+    def get(self, out: np.ndarray | None = None) -> np.ndarray:
+        """A numpy copy (cupy's device-to-host copy), into ``out`` if given."""
+        if out is None:
+            return self._a.copy()
+        out[...] = self._a
+        return out
 
     def __repr__(self) -> str:
         return repr(self._a)

@@ -6,67 +6,23 @@ CI guard's) therefore copies it to the host once, runs the lesson on the host
 copy, and copies the result back to the device once: two explicit copies per
 call, never an implicit conversion. A numpy array passes straight through.
 
-The copies are counted in :data:`STAGED` (every rank of the process adds to
-it) and, with ``MINIDIST_TRACE=1``, printed beside the messages as::
-
-    rank 0 | staged device -> host | 800 bytes
-
-Cost: the N bytes of the array cross the host link twice per call, on top of
-the collective's own traffic.
+The copies are those of point-to-point messages (``transport/device.py``):
+pinned host buffers on a GPU, counted in ``STAGED`` and printed with
+``MINIDIST_TRACE=1``. Cost: the N bytes of the array cross the host link twice
+per call, on top of the collective's own traffic.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from minidist import backend
 from minidist.comm.transport.communicator import Communicator
-from minidist.comm.transport.stats import Counters
-from minidist.comm.transport.trace import trace_enabled
+from minidist.comm.transport.device import STAGED, StagedCopies, to_device, to_host
 
-
-@dataclass
-class StagedCopies(Counters):
-    """Copies between device and host made for communication, and their bytes."""
-
-    to_host: int = 0
-    to_device: int = 0
-    bytes_to_host: int = 0
-    bytes_to_device: int = 0
-
-
-STAGED = StagedCopies()
-
-
-def _note(c: Communicator | None, direction: str, nbytes: int) -> None:
-    if direction == "host":
-        STAGED.to_host, STAGED.bytes_to_host = STAGED.to_host + 1, STAGED.bytes_to_host + nbytes
-    else:
-        STAGED.to_device += 1
-        STAGED.bytes_to_device += nbytes
-    if trace_enabled():
-        rank = "?" if c is None else c.rank
-        arrow = "device -> host" if direction == "host" else "host -> device"
-        sys.stderr.write(f"rank {rank} | staged {arrow} | {nbytes} bytes\n")
-        sys.stderr.flush()
-
-
-def to_host(array: Any, c: Communicator | None = None) -> np.ndarray:
-    """The host copy a message is sent from (counted)."""
-    host = backend.to_numpy(array)
-    _note(c, "host", host.nbytes)
-    return host
-
-
-def to_device(host: np.ndarray, like: Any, c: Communicator | None = None) -> Any:
-    """``host`` copied to the device ``like`` lives on (counted)."""
-    _note(c, "device", host.nbytes)
-    return backend.xp_of(like).asarray(host)
+__all__ = ["STAGED", "StagedCopies", "staged"]
 
 
 def staged(collective: Callable[..., Any], arr: Any, *args: Any, **kwargs: Any) -> Any:

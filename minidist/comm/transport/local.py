@@ -9,7 +9,7 @@ protocol). With ``eager_limit=k`` a send of more than ``k`` bytes waits
 until a receive matched it (MPI's rendezvous), so "everyone sends, then
 everyone receives" deadlocks here as it would under MPI, and says so.
 Stricter than MPI: the receive buffer must have the message's dtype and
-element count.
+element count. Device arrays travel through host copies (``device.py``).
 
 **Counters** (``c.stats``, one per rank, shared with communicators split
 from it; ``c.stats.reset()`` zeroes them): messages and bytes sent and
@@ -71,6 +71,7 @@ import numpy as np
 from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.ops import reduce_into
+from minidist.comm.transport import device
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.comm.transport.fabric import Fabric, Message, Wait
 from minidist.comm.transport.local_requests import RecvRequest, SendRequest
@@ -124,6 +125,8 @@ class LocalCommunicator(Communicator):
 
     # --- point to point ------------------------------------------------------------
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        if not isinstance(buf, np.ndarray):  # a device array: through a host copy
+            return device.isend(self, buf, dest, tag)
         self._enter("send", dest, tag, buf)
         state, stats, net = self.state, self.state.stats, self.state.prices
         if state.straggler.delay:
@@ -142,6 +145,8 @@ class LocalCommunicator(Communicator):
         return SendRequest(self, message, dest, tag, (end, end_round))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
+            return device.irecv(self, buf, source, tag)
         self._enter("recv", source, tag, buf)
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")

@@ -12,7 +12,8 @@ bytes sent and received (``c.stats``, a
 :class:`~minidist.comm.transport.stats.CommStats`, shared with communicators split
 from it), with the same rules as the in-process transport: a receive
 counts its buffer's size. There is no modelled clock: under MPI, time is
-real, measure it. ``MINIDIST_TRACE=1`` prints each message sent.
+real, measure it. ``MINIDIST_TRACE=1`` prints each message sent. Device
+arrays travel through host copies (``device.py``).
 
 ``c.mpi_comm`` is the raw mpi4py communicator, for what MPI does itself
 (``c.mpi_comm.Allreduce``: the "mpi" allreduce algorithm). Nothing here
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from minidist.comm.transport import device
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.comm.transport.stats import CommStats
 from minidist.comm.transport.trace import trace_enabled, trace_message
@@ -43,33 +45,45 @@ class MPICommunicator(Communicator):
         self.world_ranks = _world_ranks(mpi_comm) if self.trace else []
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        if not isinstance(buf, np.ndarray):  # a device array: through a host copy
+            return device.isend(self, buf, dest, tag).wait()
         self._count_send(buf, dest, tag)
         self.mpi_comm.Send(buf, dest, tag)
 
     def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
+        if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
+            device.irecv(self, buf, source, tag).wait()
+            return buf
         self._count_recv(buf)
         self.mpi_comm.Recv(buf, source, tag)
         return buf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        if not isinstance(buf, np.ndarray):
+            return device.isend(self, buf, dest, tag)
         self._count_send(buf, dest, tag)
         return MPIRequest(self.mpi_comm.Isend(buf, dest, tag))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        if not isinstance(buf, np.ndarray):
+            return device.irecv(self, buf, source, tag)
         self._count_recv(buf)
         return MPIRequest(self.mpi_comm.Irecv(buf, source, tag))
 
     def wait_any(self, requests: Sequence[Request]) -> int:
         if not requests:
             raise ValueError("wait_any needs at least one request")
-        return int(MPI.Request.Waitany([r.request for r in requests]))
+        index = int(MPI.Request.Waitany([r.request for r in requests]))
+        requests[index].wait()  # returns at once; a receive into a device array copies up
+        return index
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
         # the hot path of every exchange: the checks and counters of
         # _count_send and _count_recv, written out (two calls fewer)
-        if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)
-                and sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
+        if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)):
+            return device.sendrecv(self, sendbuf, dest, recvbuf, source, sendtag, recvtag)
+        if not (sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
             _check_contiguous(sendbuf, "send")
             _check_contiguous(recvbuf, "recv")
         stats = self.stats
