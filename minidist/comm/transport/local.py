@@ -101,12 +101,11 @@ class RankState:
     stats: LocalStats = field(default_factory=LocalStats)
     calls: int = 0
     collective_calls: dict = field(default_factory=dict)  # (context, kind) -> count
-    pricing: NetworkModel | None = None  # network.at(N) inside a collective on N bytes
+    prices: NetworkModel | None = None  # the model the clock uses now: ``network``, or
+    # ``network.at(N)`` inside a collective on N bytes
 
-    @property
-    def prices(self) -> NetworkModel:
-        """The model the clock uses now (``network``, or its flat version in a collective)."""
-        return self.network if self.pricing is None else self.pricing
+    def __post_init__(self) -> None:
+        self.prices = self.network
 
 
 class LocalCommunicator(Communicator):
@@ -235,7 +234,8 @@ class LocalCommunicator(Communicator):
         self.stats.seconds.now += self.state.prices.reduce_time(acc.nbytes)
 
     def price_as_part_of(self, nbytes: int | None) -> None:
-        self.state.pricing = None if nbytes is None else self.state.network.at(nbytes)
+        network = self.state.network
+        self.state.prices = network if nbytes is None else network.at(nbytes)
 
     def compute(self, seconds: float) -> None:
         """Account ``seconds`` of local computation on the virtual clock."""
