@@ -302,6 +302,9 @@ class _Module:
             value = _Ufunc(value)
         elif name in _CREATION:
             value = _creation(value)
+        elif name == "einsum":  # the subscripts come first, then the arrays (as in cupy)
+            value = lambda subscripts, *arrays, **kwargs: _call(  # noqa: E731
+                lambda *a, **k: np.einsum(subscripts, *a, **k), "xp.einsum", arrays, kwargs)
         elif callable(value) and not isinstance(value, type) and name[0] != "_" and \
                 name not in ("dtype", "finfo", "iinfo", "result_type", "promote_types",
                              "can_cast", "broadcast_shapes", "errstate", "shape", "ndim"):

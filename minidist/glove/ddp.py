@@ -24,7 +24,7 @@ import numpy as np
 
 from minidist.comm import Communicator, allgather
 from minidist.glove.gradients import SparseGradients, batch_gradients
-from minidist.glove.model import ETA, GloVe, Records
+from minidist.glove.model import ETA, GloVe, Records, require_host
 from minidist.glove.training import Strategy, apply_gradients, fit
 from minidist.glove.vectorised import sum_rows
 from minidist.util import chunk_bounds
@@ -73,6 +73,7 @@ class SparseDDP(Strategy):
     comm: Communicator
 
     def start(self, model: GloVe) -> GloVe:
+        require_host("the sparse-DDP GloVe trainer", model)
         return model.copy()  # the ranks of one process must not share the caller's model
 
     def batch_records(self, batch_size: int) -> int:

@@ -17,14 +17,18 @@ gradient, so it is kept as (distinct ids, summed rows): ``SparseGradients``.
 
 ``autograd_loss`` builds the same J / 2 from minidist's tensor operations;
 its ``backward`` gives the same gradients (the tests check it).
+
+Everything here computes with the array module of the tables (numpy, or
+cupy on a GPU: ``vectorised`` says what that changes); a batch's cost stays
+a 0-d array on the tables' device, read back once an epoch (``training``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-
+from minidist import backend
 from minidist.autograd import Tensor
 from minidist.glove.model import GloVe, Records
 from minidist.glove.vectorised import sum_rows
@@ -35,27 +39,29 @@ from minidist.util.answers import lab_answer
 class SparseGradients:
     """Gradients of J / 2 on a batch, only for the rows the batch touched."""
 
-    words: np.ndarray          # distinct word ids
-    word_grad: np.ndarray      # (len(words), d + 1)
-    contexts: np.ndarray       # distinct context ids
-    context_grad: np.ndarray   # (len(contexts), d + 1)
-    cost: float                # J / 2 on the batch
+    words: Any                 # distinct word ids
+    word_grad: Any             # (len(words), d + 1)
+    contexts: Any              # distinct context ids
+    context_grad: Any          # (len(contexts), d + 1)
+    cost: Any                  # J / 2 on the batch: a number, 0-d on a device
 
 
 @lab_answer("lab05_loss_gradients")
-def gather_residuals(model: GloVe, batch: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gather_residuals(model: GloVe, batch: Records) -> tuple[Any, Any, Any]:
     """The batch's rows [w_i, b_i] and [w~_j, b~_j] (copies), and every record's
     diff = w_i . w~_j + b_i + b~_j - log X_ij."""
+    xp = backend.xp_of(model.word)
     w, c = model.word[batch.row], model.context[batch.col]
-    diff = np.einsum("bk,bk->b", w[:, :-1], c[:, :-1]) + w[:, -1] + c[:, -1] - batch.log_x
+    diff = xp.einsum("bk,bk->b", w[:, :-1], c[:, :-1]) + w[:, -1] + c[:, -1] - batch.log_x
     return w, c, diff
 
 
 @lab_answer("lab05_loss_gradients")
 def loss(model: GloVe, records: Records) -> float:
-    """J = sum f(X_ij) diff^2 over the records (the paper's loss, twice glove.c's cost)."""
+    """J = sum f(X_ij) diff^2 over the records (the paper's loss, twice glove.c's cost),
+    as a number on the host."""
     diff = gather_residuals(model, records)[2]
-    return float(records.weight @ (diff * diff))
+    return float(records.weight @ (diff * diff))  # the one copy to the host
 
 
 @lab_answer("lab05_loss_gradients")
@@ -75,16 +81,15 @@ def batch_gradients(model: GloVe, batch: Records) -> SparseGradients:
 
 
 @lab_answer("lab05_loss_gradients")
-def row_gradients(batch: Records, w: np.ndarray, c: np.ndarray,
-                  diff: np.ndarray) -> SparseGradients:
+def row_gradients(batch: Records, w: Any, c: Any, diff: Any) -> SparseGradients:
     """Phases 3 and 4 of ``batch_gradients``, from the gathered rows (overwritten, see
     ``vectorised``) and the residuals; the sharded step computes ``diff`` its own way."""
     fdiff = batch.weight * diff
-    skipped = ~np.isfinite(fdiff)  # glove.c skips a record whose diff is NaN or inf
-    if skipped.any():
+    skipped = ~backend.xp_of(fdiff).isfinite(fdiff)  # glove.c skips a NaN or inf diff
+    if skipped.any():  # one flag read from the device
         fdiff[skipped] = diff[skipped] = 0.0
         c[skipped] = w[skipped] = 0.0
-    cost = 0.5 * float(fdiff @ diff)
+    cost = 0.5 * (fdiff @ diff)  # stays on the device
     # 3. d cost / d [w_i, b_i] = fdiff [w~_j, 1];  d cost / d [w~_j, b~_j] = fdiff [w_i, 1]
     c[:, -1] = 1.0
     w[:, -1] = 1.0

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.glove.model import ETA, GloVe, Records
+from minidist.glove.model import ETA, GloVe, Records, require_host
 from minidist.glove.training import Strategy, fit
 from minidist.parallel.hogwild import EpochSync, HogwildRun, SharedArrays, run_hogwild
 from minidist.util import chunk_bounds
@@ -73,7 +73,9 @@ def train_hogwild(model: GloVe, records: Records, workers: int = 2, epochs: int 
     An epoch's time runs from the first worker's start to the last one's end.
     ``on_epoch(epoch, cost)`` is called after each epoch. The whole run must
     end within ``timeout`` seconds, else it is stopped and TimeoutError raised.
+    CPU only: the workers share host memory.
     """
+    require_host("train_hogwild", model, records)
     arrays = {**model.arrays(), **{name: getattr(records, name) for name in RECORD_FIELDS}}
     return run_hogwild(train_worker, arrays, workers, epochs, written=MODEL_FIELDS,
                        args=(epochs, batch_size, eta, seed), timeout=timeout,

@@ -18,16 +18,26 @@ better than either).
 
 The non-zeros are the training *records*: four arrays of one length, the ids
 i and j, f(X_ij) and log X_ij, computed once. A batch is a ``Records`` too.
+
+Device: ``GloVe.create`` and ``Records.from_counts`` compute on the host (the
+same numbers whatever the device) and put their arrays on the current device
+(``md.set_device``) once; the mini-batch trainer (``training``) then keeps the
+tables, their sums and the batches there. ``to(xp)`` moves a model or records
+explicitly (``to(numpy)``: a host copy, for saving or for the trainers that
+run on the CPU only: glove.c's record loop, Hogwild, sharded and DDP; they
+refuse a model on a device, see ``require_host``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from minidist import backend
 from minidist.util.answers import lab_answer
 
 X_MAX, ALPHA, ETA = 100.0, 0.75, 0.05
@@ -65,19 +75,31 @@ class Records:
     @classmethod
     def from_counts(cls, row: Any, col: Any, val: Any, x_max: float = X_MAX,
                     alpha: float = ALPHA) -> Records:
+        """The records of host counts, computed on the host, put on the current device."""
         row, col, val = np.asarray(row), np.asarray(col), np.asarray(val, dtype=np.float64)
         if not len(row) == len(col) == len(val):
             raise ValueError(f"Records.from_counts: row, col and val have lengths {len(row)}, "
                              f"{len(col)} and {len(val)}; they must be equal")
         if np.any(val <= 0):
             raise ValueError("Records.from_counts: every count must be > 0 (log X_ij)")
-        return cls(row.astype(np.int64), col.astype(np.int64), weighting(val, x_max, alpha),
+        host = cls(row.astype(np.int64), col.astype(np.int64), weighting(val, x_max, alpha),
                    np.log(val))
+        return host.to(backend.xp())
 
     def __len__(self) -> int:
         return len(self.row)
 
+    def arrays(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to(self, xp: ModuleType) -> Records:
+        """These records on ``xp``'s device: themselves if there, else one copy."""
+        return Records(**_moved(self.arrays(), xp))
+
     def take(self, index: Any) -> Records:
+        """The records at ``index`` (a slice, or positions on the host or the device)."""
+        if not isinstance(index, slice):  # positions made on the host move over once
+            index = backend.xp_of(self.row).asarray(index)
         return Records(self.row[index], self.col[index], self.weight[index], self.log_x[index])
 
     def batches(self, batch_size: int, rng: np.random.Generator | None = None
@@ -94,20 +116,22 @@ class Records:
 class GloVe:
     """Word and context tables (one row [vector, bias] per word) and their AdaGrad sums."""
 
-    word: np.ndarray          # (V, d + 1)
-    context: np.ndarray       # (V, d + 1)
-    word_gradsq: np.ndarray   # (V, d + 1), starts at 1
-    context_gradsq: np.ndarray
+    word: Any                 # (V, d + 1), on the host or a device
+    context: Any              # (V, d + 1)
+    word_gradsq: Any          # (V, d + 1), starts at 1
+    context_gradsq: Any
 
     @classmethod
     def create(cls, vocab_size: int, dim: int, seed: int = 0) -> GloVe:
-        """glove.c's start: every number uniform in [-0.5, 0.5) / d, every G at 1."""
+        """glove.c's start: every number uniform in [-0.5, 0.5) / d, every G at 1.
+        Drawn on the host (the same start on every device), put on the current device."""
         if vocab_size < 1 or dim < 1:
             raise ValueError(f"GloVe.create: need vocab_size >= 1 and dim >= 1, got "
                              f"{vocab_size} and {dim}")
         rng = np.random.default_rng(seed)
         word, context = (rng.random((2, vocab_size, dim + 1)) - 0.5) / dim
-        return cls(word, context, np.ones_like(word), np.ones_like(context))
+        host = cls(word, context, np.ones_like(word), np.ones_like(context))
+        return host.to(backend.xp())
 
     @property
     def dim(self) -> int:
@@ -120,6 +144,31 @@ class GloVe:
     def copy(self) -> GloVe:
         return GloVe(**{name: a.copy() for name, a in self.arrays().items()})
 
-    def vectors(self) -> np.ndarray:
-        """The output vectors w + w~, shape (V, d)."""
+    def to(self, xp: ModuleType) -> GloVe:
+        """This model on ``xp``'s device: itself if there, else one copy
+        (``to(numpy)``: a host copy, to save or to hand to a CPU-only trainer)."""
+        return GloVe(**_moved(self.arrays(), xp))
+
+    def vectors(self) -> Any:
+        """The output vectors w + w~, shape (V, d), where the tables are
+        (``backend.to_numpy`` copies them to the host for evaluation)."""
         return self.word[:, :-1] + self.context[:, :-1]
+
+
+def _moved(arrays: dict[str, Any], xp: ModuleType) -> dict[str, Any]:
+    """``arrays`` on ``xp``'s device: as they are if there, else copied once."""
+    if all(backend.xp_of(a) is xp for a in arrays.values()):
+        return arrays
+    move = backend.to_numpy if xp is np else xp.asarray
+    return {name: move(a) for name, a in arrays.items()}
+
+
+def require_host(trainer: str, *parts: GloVe | Records) -> None:
+    """The trainers that run on the CPU only (glove.c's compiled record loop, Hogwild's
+    shared memory, the sharded and DDP ranks) refuse a model or records on a device."""
+    for part in parts:
+        if any(backend.on_device(a) for a in part.arrays().values()):
+            raise ValueError(
+                f"{trainer} runs on the CPU only, and its {type(part).__name__} arrays are "
+                f"on a device: train on the device with glove.train (mini-batches), or give "
+                f"{trainer} host copies, .to(numpy), and move the model back after")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minidist.glove.compiled import jit
-from minidist.glove.model import ALPHA, ETA, GRAD_CLIP, X_MAX, GloVe
+from minidist.glove.model import ALPHA, ETA, GRAD_CLIP, X_MAX, GloVe, require_host
 from minidist.glove.recordfile import CHUNK, RECORD, RecordFile, record_chunks
 from minidist.optim.adagrad import glove_c_update
 from minidist.util import chunk_bounds
@@ -132,8 +132,9 @@ def train_records(model: GloVe, records: RecordFile | np.ndarray, epochs: int = 
     ``records``: a ``RecordFile`` (streamed, a chunk per thread in memory) or a
     ``RECORD`` array, in the order training takes them. ``compiled=False``
     runs the same loop in the interpreter (slow; for tests). ``on_epoch(epoch,
-    cost)`` is called after each epoch.
+    cost)`` is called after each epoch. CPU only: numba compiles it for the host.
     """
+    require_host("train_records (glove.c's compiled loop)", model)
     if threads < 1 or epochs < 0 or chunk < 1:
         raise ValueError(f"train_records: need threads >= 1, epochs >= 0 and chunk >= 1, got "
                          f"{threads}, {epochs} and {chunk}")

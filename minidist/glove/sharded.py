@@ -29,7 +29,7 @@ import numpy as np
 from minidist.comm import Communicator, allreduce
 from minidist.comm.tags import Tag
 from minidist.glove.gradients import row_gradients
-from minidist.glove.model import ETA, GloVe, Records
+from minidist.glove.model import ETA, GloVe, Records, require_host
 from minidist.glove.training import Strategy, apply_gradients, fit
 from minidist.util import chunk_bounds
 from minidist.util.answers import lab_answer
@@ -92,6 +92,7 @@ class Sharded(Strategy):
     bounds: list[tuple[int, int]] = field(default_factory=list, init=False)
 
     def start(self, model: GloVe) -> GloVe:
+        require_host("the sharded GloVe trainer", model)
         self.bounds = chunk_bounds(model.dim, self.comm.size)
         return shard(model, *self.bounds[self.comm.rank])
 

@@ -19,14 +19,23 @@ The loop (``fit``) is the same for one process and for P workers; a
 own file: ``Sharded`` (every vector's dimensions split over the ranks),
 ``SparseDDP`` (every batch split over the ranks, touched rows exchanged) and
 ``HogwildWorker`` (processes updating one shared model without locks).
+
+Device: ``step`` computes where the model's tables are (numpy, or cupy on a
+GPU). ``fit`` puts the records there once, if they are not, and each epoch's
+shuffle once; a batch is a slice of them, already in place. The costs are
+read back once an epoch. The parallel strategies run on the CPU only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from minidist import backend
 from minidist.glove.gradients import SparseGradients, batch_gradients
 from minidist.glove.model import ETA, GloVe, Records, adagrad_columns
 from minidist.optim.adagrad import adagrad_rows
@@ -35,15 +44,20 @@ from minidist.util.answers import lab_answer
 
 
 @lab_answer("lab05_adagrad")
-def adagrad_step(table: np.ndarray, gradsq: np.ndarray, rows: np.ndarray, grad: np.ndarray,
-                 eta: float = ETA) -> None:
+def adagrad_step(table: Any, gradsq: Any, rows: Any, grad: Any, eta: float = ETA) -> None:
     """glove.c's AdaGrad on ``rows`` of one table [w_i, b_i], in place (Task 3). O(rows d).
 
     Per column as the current glove.c does it (``adagrad_columns``): the
     vector's gradient clipped to +-100 and scaled by eta, the bias's taken as
     it is; then theta -= s / sqrt(G) and G += s^2."""
-    rates, clips = adagrad_columns(table.shape[1] - 1, eta)
+    rates, clips = columns_on(backend.xp_of(table), table.shape[1] - 1, eta)
     adagrad_rows(table, gradsq, rows, grad, rates, clip=clips)
+
+
+@lru_cache(maxsize=32)
+def columns_on(xp: ModuleType, dim: int, eta: float) -> tuple[Any, Any]:
+    """``adagrad_columns`` on ``xp``'s device, made once per (device, d, eta), not per step."""
+    return tuple(xp.asarray(a) for a in adagrad_columns(dim, eta))  # type: ignore[return-value]
 
 
 def apply_gradients(model: GloVe, grads: SparseGradients, eta: float = ETA) -> None:
@@ -99,10 +113,10 @@ def run_epoch(strategy: Strategy, model: GloVe, batches: Iterable[Records], eta:
     """The strategy's step on each batch; returns the sum of the batches' costs."""
     total = 0.0
     for batch in batches:
-        total += strategy.step(model, batch, eta)
+        total += strategy.step(model, batch, eta)  # on a device: summed there
         if on_batch is not None:
             on_batch(len(batch))
-    return total
+    return float(total)  # the epoch's one copy of its cost to the host
 
 
 def fit(strategy: Strategy, model: GloVe, records: Records, epochs: int,
@@ -117,11 +131,12 @@ def fit(strategy: Strategy, model: GloVe, records: Records, epochs: int,
     cost)`` after each epoch.
     """
     local = strategy.start(model)
+    records = records.to(backend.xp_of(local.word))  # where the model is, once
     costs = []
     for epoch in range(epochs):
         strategy.begin_epoch(epoch)
         order = epoch_order(len(records), seed, epoch)                        # 1.
-        mine = records.take(strategy.part(order))                             # 2.
+        mine = records.take(strategy.part(order))     # 2. (on a device: one gather)
         batches = mine.batches(strategy.batch_records(batch_size))
         total = run_epoch(strategy, local, batches, eta, on_batch)            # 3.
         costs.append(strategy.end_epoch(epoch, total / max(len(records), 1)))  # 4.
@@ -146,5 +161,6 @@ def train_epoch(model: GloVe, records: Records, rng: np.random.Generator | None,
                 on_batch: Callable[[int], None] | None = None) -> float:
     """One pass over the records in place, shuffled by ``rng`` (in order if None);
     returns glove.c's cost: each batch's J / 2 just before its update, summed, per record."""
+    records = records.to(backend.xp_of(model.word))  # where the model is, once
     total = run_epoch(Strategy(), model, records.batches(batch_size, rng), eta, on_batch)
     return total / max(len(records), 1)

@@ -32,23 +32,36 @@ Cost per batch of B records, dimension d, U distinct rows: O(B d)
 arithmetic, O(B log B) for the sorts, and ~2(B + U)(d + 1) random row reads
 and writes. Those gathers, sorts and scatters take most of the time: the
 tables of a large vocabulary live in main memory, not in the caches.
+
+**On a GPU** the same lines run through cupy (``xp``, the array module of the
+tables): every function used here exists in cupy with numpy's meaning for
+these arguments (``argsort(kind="stable")``, ``diff(prepend=)``,
+``flatnonzero``, ``einsum``, ``add.reduceat`` since cupy 12 (for ``add``
+only), and the numpy ufuncs of ``glove_c_update``, which dispatch to cupy's).
+Two differences: cupy's ``add.reduceat`` takes differences of one running
+sum, so a run's sum may differ from numpy's in the last bits; and
+``flatnonzero`` must learn its length, so the two ``sum_rows`` of a step each
+wait once for the device. A GPU wants batches of thousands of records where
+a CPU does well with hundreds; the repeated-word caveat of 1. then weighs more.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
+from minidist import backend
 from minidist.util.answers import lab_answer
 
 
 @lab_answer("lab05_loss_gradients")
-def sum_rows(ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sum_rows(ids: Any, grads: Any) -> tuple[Any, Any]:
     """The distinct ids (sorted) and, per id, the sum of its rows of ``grads``.
 
     Sort the ids (all >= 0), find where each run of equal ids starts, add up
-    each run with ``np.add.reduceat``: O(B log B + B d).
+    each run with ``add.reduceat``: O(B log B + B d).
     """
-    order = np.argsort(ids, kind="stable")
+    xp = backend.xp_of(grads)
+    order = xp.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    starts = np.flatnonzero(np.diff(sorted_ids, prepend=-1))
-    return sorted_ids[starts], np.add.reduceat(grads[order], starts, axis=0)
+    starts = xp.flatnonzero(xp.diff(sorted_ids, prepend=-1))
+    return sorted_ids[starts], xp.add.reduceat(grads[order], starts, axis=0)
