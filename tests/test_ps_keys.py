@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from minidist.parallel.ps import KeyLayout
 from minidist.parallel.ps.keys import gather_index
-from minidist.parallel.ps.messages import Header, Kind, pack, unpack
+from minidist.parallel.ps.messages import Header, Kind, unpack
+from minidist.parallel.ps.plans import LastKeys, Route
 
 tables = st.dictionaries(st.sampled_from("abcdefgh"),
                          st.tuples(st.integers(1, 9), st.integers(1, 7)), min_size=1)
@@ -77,13 +78,16 @@ def test_bad_keys_and_layouts_are_named():
 
 
 def test_header_and_payload_round_trip():
-    header = Header(Kind.PUSH, clock=7, keys=2, values=5, version=3)
+    header = Header(Kind.PUSH, clock=7, keys=2, values=5, version=3, timestamp=0.25)
     assert Header.from_array(header.to_array()) == header
-    keys, values = np.array([4, 9]), np.arange(5, dtype=np.float32)
-    payload = np.empty(header.payload_bytes(4), np.uint8)
-    got_keys, got_values = unpack(pack(keys, values, payload), 2, np.dtype(np.float32))
-    np.testing.assert_array_equal(got_keys, keys)
-    np.testing.assert_array_equal(got_values, values)
+    layout = KeyLayout({"a": (4, 2), "b": (6, 1)})  # keys 2 and 9: rows of 2 and 1 values
+    route = Route(layout, [(0, layout.num_keys)], np.array([9, 2]))
+    values = np.arange(3, dtype=np.float32)  # key 9's row, then key 2's
+    payload = np.empty(header.payload_bytes(4) - 2 * 4, np.uint8)
+    got_keys, got_values = unpack(route.pack_push(route.parts[0], values, payload), 2,
+                                  np.dtype(np.float32))
+    np.testing.assert_array_equal(got_keys, [2, 9])
+    np.testing.assert_array_equal(got_values, [1, 2, 0])  # in key order
     assert header.payload_bytes(4) == 2 * 8 + 5 * 4
 
 
@@ -99,16 +103,36 @@ def test_split_by_load_gives_popular_keys_narrower_ranges():
         layout.split(2, np.ones(3))
 
 
-@settings(max_examples=40, deadline=None)
-@given(tables, st.data())
-def test_reorder_moves_rows_and_back(spec, data):
-    from minidist.parallel.ps.keys import reorder
-
+@settings(max_examples=60, deadline=None)
+@given(tables, st.integers(1, 4), st.data())
+def test_a_route_packs_each_servers_rows_in_key_order_and_assembles_them_back(spec, servers,
+                                                                              data):
     layout = KeyLayout(spec)
-    keys = np.array(data.draw(st.lists(st.integers(0, layout.num_keys - 1), unique=True,
-                                       min_size=1)), np.int64)
-    rows = np.arange(layout.value_count(keys), dtype=np.float64)
-    order = np.argsort(keys, kind="stable")
-    moved = reorder(layout, keys, order, rows)
-    np.testing.assert_array_equal(moved, rows[gather_index(layout, keys, order)])
-    np.testing.assert_array_equal(reorder(layout, keys, order, moved, back=True), rows)
+    ranges = layout.split(min(servers, layout.num_keys))
+    keys = np.array(data.draw(st.lists(st.integers(0, layout.num_keys - 1), unique=True)),
+                    np.int64)
+    route = Route(layout, ranges, keys)
+    rows = np.arange(layout.value_count(keys), dtype=np.float64)  # in the order of keys
+    ends = np.cumsum(layout.widths[keys]).tolist()
+    by_key = {k: rows[end - layout.widths[k]:end]
+              for k, end in zip(keys.tolist(), ends, strict=True)}
+    answers = []
+    for part, (first, end) in zip(route.parts, ranges, strict=True):
+        assert part.keys.tolist() == sorted(k for k in keys.tolist() if first <= k < end)
+        payload = np.empty(8 * part.keys.size + 8 * part.count, np.uint8)
+        got_keys, got_rows = unpack(route.pack_push(part, rows, payload), part.keys.size,
+                                    np.dtype(np.float64))
+        expected = [by_key[k] for k in part.keys.tolist()]
+        np.testing.assert_array_equal(got_rows, np.concatenate([np.empty(0), *expected]))
+        answers.append(got_rows.copy())  # a server answers a pull with its rows, key order
+    np.testing.assert_array_equal(route.assemble(answers), rows)
+
+
+def test_the_last_keys_memo_rebuilds_when_the_keys_change():
+    built = []
+    memo = LastKeys(lambda keys: built.append(keys.tolist()) or len(built))
+    keys = np.array([3, 1, 2])
+    assert memo(keys) == memo(np.array([3, 1, 2])) == 1
+    keys[0] = 0  # the caller's array changed in place: a new key set
+    assert memo(keys) == 2 and memo(keys.astype(np.int32)) == 3
+    assert built == [[3, 1, 2], [0, 1, 2], [0, 1, 2]]

@@ -166,18 +166,3 @@ def gather_index(layout: KeyLayout, keys: np.ndarray, order: np.ndarray) -> np.n
     starts = np.cumsum(widths) - widths
     return spans(starts[order], widths[order])
 
-
-def reorder(layout: KeyLayout, keys: np.ndarray, order: np.ndarray, rows: np.ndarray,
-            back: bool = False) -> np.ndarray:
-    """The rows of ``keys`` (concatenated, in the order of ``keys``) put in ``order``'s
-    order; ``back=True`` undoes it. Rows of one width move as rows, not as numbers."""
-    widths = layout.widths[keys]
-    if widths.size and np.all(widths == widths[0]):
-        rows, index = rows.reshape(-1, int(widths[0])), order
-    else:
-        index = gather_index(layout, keys, order)
-    if not back:
-        return rows[index].reshape(-1)
-    out = np.empty_like(rows)
-    out[index] = rows
-    return out.reshape(-1)

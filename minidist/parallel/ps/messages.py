@@ -69,25 +69,17 @@ class Header:
 
     @classmethod
     def from_array(cls, wire: np.ndarray) -> Header:
-        kind, clock, keys, values, version, _ = (int(v) for v in wire)
+        kind, clock, keys, values, version, _ = wire.tolist()
         return cls(Kind(kind), clock, keys, values, version, float(wire[5:].view(np.float64)[0]))
 
     def payload_bytes(self, itemsize: int) -> int:
         return 8 * self.keys + itemsize * self.values
 
 
-def pack(keys: np.ndarray, values: np.ndarray | None, out: np.ndarray) -> np.ndarray:
-    """A payload in ``out`` (bytes, as many as it takes): the keys' bytes, then the
-    values' (a push's gradient rows)."""
-    keys = np.ascontiguousarray(keys, np.int64)
-    out[:keys.nbytes] = keys.view(np.uint8)
-    if values is not None:
-        out[keys.nbytes:] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
-    return out
-
-
 def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """``pack``'s inverse, as views of the buffer: (keys, values)."""
+    """A payload's (keys, values), as views of the buffer: its first ``8·nkeys`` bytes
+    are the keys (int64), the rest the values (a push's rows; a worker packs them with
+    ``plans.Route.pack_push``)."""
     return payload[:8 * nkeys].view(np.int64), payload[8 * nkeys:].view(dtype)
 
 

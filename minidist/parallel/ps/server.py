@@ -60,6 +60,7 @@ from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
+from minidist.parallel.ps.plans import LastKeys
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
 
 
@@ -106,6 +107,9 @@ class Server:
         self.at_checkpoint: dict[int, Header] = {}
         self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
+        # where a worker's keys lie in the shard, kept for its next request (plans.py)
+        self.index_of = {w: LastKeys(lambda keys: layout.value_index(keys, base=key_range[0]))
+                         for w in self.clocks}
 
     def serve(self, shard: ShardState) -> ServerReport:
         """Run until every worker has stopped or gone, updating ``shard`` (this server's
@@ -211,7 +215,7 @@ class Server:
         first = self.key_range[0]
         tau = self.shard.version - header.version + 1  # 1 + the updates it missed
         self.log.gradients[tau] += 1
-        index = self.layout.value_index(keys, base=first)
+        index = self.index_of[worker](keys)
         scale = self.optimizer.scale(tau)
         if self.softsync is None:
             self.shard.apply(index, rows if scale == 1.0 else scale * rows)
@@ -257,7 +261,7 @@ class Server:
             self._checkpoint(waiting[0].clock)
 
     def _answer_read(self, worker: int, keys: np.ndarray) -> None:
-        index = self.layout.value_index(keys, base=self.key_range[0])
+        index = self.index_of[worker](keys)
         count = self.layout.value_count(keys)
         answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
         answer[:8].view(np.int64)[0] = self.shard.version

@@ -32,8 +32,9 @@ import numpy as np
 
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
-from minidist.parallel.ps.keys import KeyLayout, reorder
-from minidist.parallel.ps.messages import Header, Kind, pack, version_and_rows
+from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.messages import Header, Kind, version_and_rows
+from minidist.parallel.ps.plans import LastKeys, Route
 
 
 class Handle:
@@ -63,22 +64,22 @@ class Worker:
         self.outstanding_pull: Handle | None = None
         self.outstanding_pushes: list[Handle] = []
         self.begun = 0.0  # when the request being sent began (modelled clock; 0 under MPI)
+        # the last key set's route: a push after a pull of the same keys reuses it (plans.py)
+        self.routes = LastKeys(lambda keys: Route(layout, ranges, keys))
 
     # --- the requests ------------------------------------------------------------------------
     def ipull(self, keys: np.ndarray) -> Handle:
         """Ask for the rows of ``keys``; ``wait()`` returns them, concatenated in the
         order of ``keys``."""
-        keys = self.layout.check(keys)
-        order, parts = self._route(keys)
+        route = self.routes(keys)
         self._begin()
         answers = []
-        for server, part in parts:
-            answer = np.empty(8 + self.layout.value_count(part) * self.dtype.itemsize, np.uint8)
-            answers.append((server, self._ask(server, answer), answer))
-            payload = self.c.scratch(8 * part.size, np.uint8, "ps payload")
-            self._request(server, Header(Kind.PULL, self.clock, part.size),
-                          pack(part, None, payload) if part.size else None)
-        handle = Handle(answers, lambda done: self._assemble(keys, order, parts, done))
+        for part in route.parts:
+            answer = np.empty(8 + part.count * self.dtype.itemsize, np.uint8)
+            answers.append((part.server, self._ask(part.server, answer), answer))
+            self._request(part.server, Kind.PULL, part.keys.size,
+                          payload=part.key_bytes if part.keys.size else None)
+        handle = Handle(answers, lambda done: self._assemble(route, done))
         self.outstanding_pull = handle
         return handle
 
@@ -88,28 +89,24 @@ class Worker:
     def ipush(self, keys: np.ndarray, gradient: np.ndarray) -> Handle:
         """Send the gradient of the rows of ``keys`` (their values in the order of
         ``keys``, any shape of that size); ``wait()`` returns the servers' versions."""
-        keys = self.layout.check(keys)
+        route = self.routes(keys)
         gradient = np.asarray(gradient)
-        expected = self.layout.value_count(keys)
-        if gradient.size != expected:
-            raise ValueError(f"push of {keys.size} keys needs {expected} gradient values "
-                             f"(their rows' widths summed), got shape {gradient.shape}")
-        gradient = np.ascontiguousarray(gradient, self.dtype).reshape(-1)
-        order, parts = self._route(keys)
-        if order is not None:  # rows into key order, as the servers store them
-            gradient = reorder(self.layout, keys, order, gradient)
+        if gradient.size != route.count:
+            raise ValueError(f"push of {route.keys.size} keys needs {route.count} gradient "
+                             f"values (their rows' widths summed), got shape {gradient.shape}")
+        gradient = np.ascontiguousarray(gradient, self.dtype)
         self._begin()
-        answers, start = [], 0
-        for server, part in parts:
-            count = self.layout.value_count(part)
+        answers = []
+        for part in route.parts:
             answer = np.empty(8, np.uint8)
-            answers.append((server, self._ask(server, answer), answer))
-            header = Header(Kind.PUSH, self.clock, part.size, count, self.versions[server])
-            payload = self.c.scratch(header.payload_bytes(self.dtype.itemsize), np.uint8,
-                                     "ps payload")
-            self._request(server, header, pack(part, gradient[start:start + count], payload)
-                          if part.size else None)
-            start += count
+            answers.append((part.server, self._ask(part.server, answer), answer))
+            payload = None
+            if part.keys.size:  # its keys, then their rows in key order, as servers store them
+                payload = route.pack_push(part, gradient, self.c.scratch(
+                    part.key_bytes.size + part.count * self.dtype.itemsize, np.uint8,
+                    "ps payload"))
+            self._request(part.server, Kind.PUSH, part.keys.size, part.count,
+                          self.versions[part.server], payload)
         handle = Handle(answers, lambda done: [int(a.view(np.int64)[0]) for _, _, a in done])
         self.outstanding_pushes = [h for h in self.outstanding_pushes if not h.done]
         self.outstanding_pushes.append(handle)
@@ -123,7 +120,7 @@ class Worker:
         self.clock += 1
         self._begin()
         for server in range(len(self.servers)):
-            self._request(server, Header(Kind.CLOCK, self.clock))
+            self._request(server, Kind.CLOCK)
 
     def checkpoint(self) -> int:
         """Wait until every running worker has asked, at this same clock, and every server
@@ -133,7 +130,7 @@ class Worker:
         for server in range(len(self.servers)):
             answer = np.empty(8, np.uint8)
             answers.append(self._ask(server, answer))
-            self._request(server, Header(Kind.CHECKPOINT, self.clock))
+            self._request(server, Kind.CHECKPOINT)
         for request in answers:
             request.wait()
         return self.clock
@@ -145,18 +142,9 @@ class Worker:
         self.outstanding_pushes.clear()
         self._begin()
         for server in range(len(self.servers)):
-            self._request(server, Header(Kind.STOP, self.clock))
+            self._request(server, Kind.STOP)
 
-    # --- beneath: routing, sending, assembling ------------------------------------------------
-    def _route(self, keys: np.ndarray) -> tuple[np.ndarray | None, list[tuple[int, np.ndarray]]]:
-        """(the sorting order, None if sorted already; [(server, its keys, ascending)] for
-        every server, some perhaps with none)."""
-        order = None if np.all(keys[1:] > keys[:-1]) else np.argsort(keys, kind="stable")
-        ordered = keys if order is None else keys[order]
-        cuts = np.searchsorted(ordered, [first for first, _ in self.ranges[1:]])
-        parts = np.split(ordered, cuts)
-        return order, list(enumerate(parts))
-
+    # --- beneath: sending, assembling (routing: plans.py) ----------------------------------
     def _ask(self, server: int, answer: np.ndarray) -> Request:
         # communication: posted before the request, so a long answer never waits for it
         return self.c.irecv(answer, self.servers[server], Tag.PS_REPLY)
@@ -169,22 +157,17 @@ class Worker:
             self.outstanding_pull = None
         self.begun = float(getattr(self.c.stats, "clock", 0.0))
 
-    def _request(self, server: int, header: Header, payload: np.ndarray | None = None) -> None:
-        header = Header(header.kind, header.clock, header.keys, header.values, header.version,
-                        self.begun)
+    def _request(self, server: int, kind: Kind, keys: int = 0, values: int = 0,
+                 version: int = -1, payload: np.ndarray | None = None) -> None:
+        header = Header(kind, self.clock, keys, values, version, self.begun)
         # communication: the header, then (push, pull) the keys and rows
         self.c.send(header.to_array(), self.servers[server], Tag.PS_REQUEST)
         if payload is not None:
             self.c.send(payload, self.servers[server], Tag.PS_PAYLOAD)
 
-    def _assemble(self, keys: np.ndarray, order: np.ndarray | None,
-                  parts: list[tuple[int, np.ndarray]], answers: list) -> np.ndarray:
+    def _assemble(self, route: Route, answers: list) -> np.ndarray:
         rows = []
         for server, _, answer in answers:
             self.versions[server], part_rows = version_and_rows(answer, self.dtype)
             rows.append(part_rows)
-        # one server: its answer, a fresh buffer, is the result as it stands
-        ordered = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        if order is None:
-            return ordered
-        return reorder(self.layout, keys, order, ordered, back=True)
+        return route.assemble(rows)

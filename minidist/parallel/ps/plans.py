@@ -1,0 +1,108 @@
+"""Beneath the worker and the server: what a request works out once per key set, not per call.
+
+A training step pulls a set of keys, then pushes the gradient of the same
+keys, and the next step often asks for the same set again (every key of a
+dense model). Checking the keys, sorting them, cutting them by server,
+packing their bytes and finding their values' places is the same work each
+time, and for a small request it costs more than moving the bytes. Two
+things here keep it to once per key set:
+
+- ``Route``: a worker's request worked out: the keys checked and sorted,
+  and per server its keys, their packed bytes, its values' count, and where
+  its rows lie in the caller's order (``Part.at``), so that a push's rows
+  go straight into the payload (one copy, no reordered temporary) and a
+  pull's answers straight into the result.
+- ``LastKeys``: a memo of one entry keyed on a key array: the last key set
+  and what was built from it (a worker's ``Route``; a server's index of the
+  values of a worker's keys, ``KeyLayout.value_index``). Asking again with
+  equal keys costs one comparison, O(k).
+
+Rows of one width (one table, an embedding's rows) move as rows (one index
+per row, ``width`` values each); mixed widths as single values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from minidist.parallel.ps.keys import KeyLayout, gather_index
+
+T = TypeVar("T")
+
+
+class LastKeys(Generic[T]):
+    """``memo(keys)``: ``build(keys)``, or what it built for the last keys if equal."""
+
+    def __init__(self, build: Callable[[np.ndarray], T]) -> None:
+        self.build, self.keys, self.value = build, None, None
+
+    def __call__(self, keys: np.ndarray) -> T:
+        last = self.keys
+        if (last is None or not isinstance(keys, np.ndarray) or keys.dtype != last.dtype
+                or keys.shape != last.shape or not np.array_equal(keys, last)):
+            self.value = self.build(keys)
+            self.keys = np.array(keys, copy=True)  # the caller may change its array later
+        return self.value
+
+
+@dataclass
+class Part:
+    """What one server gets of a request."""
+
+    server: int
+    keys: np.ndarray  # ascending
+    count: int  # values its rows hold
+    key_bytes: np.ndarray  # the keys as the payload's first 8k bytes
+    at: slice | np.ndarray  # where its rows lie in the caller's, in units of ``width``
+
+
+class Route:
+    """A request for the keys ``keys`` of ``layout``, cut by the servers' ``ranges``."""
+
+    def __init__(self, layout: KeyLayout, ranges: list[tuple[int, int]],
+                 keys: np.ndarray) -> None:
+        self.keys = layout.check(keys)
+        widths = layout.widths[self.keys]
+        self.count = int(widths.sum())
+        sort = not np.all(self.keys[1:] > self.keys[:-1])
+        order = np.argsort(self.keys, kind="stable") if sort else None
+        ordered = self.keys[order] if sort else self.keys
+        uniform = widths.size > 0 and bool(np.all(widths == widths[0]))
+        self.width = int(widths[0]) if uniform else 1
+        if sort and not uniform:  # each value's place, not each row's
+            order = gather_index(layout, self.keys, order)
+        self.parts: list[Part] = []
+        cuts = np.searchsorted(ordered, [first for first, _ in ranges[1:]])
+        start = 0  # in units of width
+        for server, part in enumerate(np.split(ordered, cuts)):
+            count = layout.value_count(part)
+            end = start + count // self.width
+            self.parts.append(Part(server, part, count, part.view(np.uint8),
+                                   slice(start, end) if order is None else order[start:end]))
+            start = end
+
+    def pack_push(self, part: Part, gradient: np.ndarray, payload: np.ndarray) -> np.ndarray:
+        """``payload`` (bytes) filled with ``part``'s keys, then its rows of ``gradient``
+        (the caller's order), rows in key order: ``messages.pack``'s layout."""
+        head = part.key_bytes.size
+        payload[:head] = part.key_bytes
+        rows = payload[head:].view(gradient.dtype).reshape(-1, self.width)
+        mine = gradient.reshape(-1, self.width)
+        if isinstance(part.at, slice):
+            rows[...] = mine[part.at]
+        else:
+            np.take(mine, part.at, axis=0, out=rows)
+        return payload
+
+    def assemble(self, rows: list[np.ndarray]) -> np.ndarray:
+        """The servers' rows (one array per part, key order) in the caller's order."""
+        if len(rows) == 1 and isinstance(self.parts[0].at, slice):
+            return rows[0]  # one server, keys ascending: its fresh answer as it stands
+        out = np.empty((self.count // self.width, self.width), rows[0].dtype)
+        for part, part_rows in zip(self.parts, rows, strict=True):
+            out[part.at] = part_rows.reshape(-1, self.width)
+        return out.reshape(-1)
