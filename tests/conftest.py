@@ -45,6 +45,7 @@ STRICT_FILES = {
     "test_autograd.py", "test_nn.py", "test_optim.py", "test_data.py", "test_sampler.py",
     "test_checkpoint.py", "test_mlp_example.py", "test_ddp.py", "test_tensor_parallel.py",
     "test_zero.py",
+    "test_glove_device.py",
     "test_strict_device.py",
 }
 # tests whose own inputs are host arrays handed to device code (a numpy .grad, a numpy operand

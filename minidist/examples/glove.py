@@ -4,6 +4,7 @@
     python -m minidist.examples.glove --threads 2                    # glove.c's lock-free threads
     python -m minidist.examples.glove --strategy hogwild --ranks 2   # lock-free processes
     python -m minidist.examples.glove --strategy sharded --ranks 2   # dimension split over ranks
+    python -m minidist.examples.glove --device cuda                  # mini-batches on the GPU
     python -m minidist.examples.glove --corpus text8 --window 15 --epochs 15 \\
         --save vectors.txt                                           # needs a network once
 
@@ -26,6 +27,11 @@ The pipeline, one module of minidist per step:
    trains on ``--batch-size`` records of every batch of ranks x batch-size,
    and the ranks exchange the gradients of the rows they touched). sharded
    and ddp run their ranks under mpiexec (``md.launch``).
+   ``--device cuda`` trains ``single`` on the GPU (``--device strict``: the CI
+   guard's stand-in, on the CPU): the tables, their AdaGrad sums and the
+   records live there; only the costs (once an epoch) and the trained vectors
+   come back. The other strategies run on the CPU only: with a device they are
+   refused.
 4. Tests (``minidist.glove.evaluate``): nearest neighbours, analogy
    accuracy by 3CosAdd, Spearman correlation on a similarity file.
 
@@ -49,7 +55,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from minidist import glove
+from minidist import backend, glove
 from minidist.comm import launch
 from minidist.data.cooccur import Cooccurrence, count_cooccurrences
 from minidist.data.corpus import download_text8
@@ -57,6 +63,7 @@ from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
+DEVICES = ("cpu", "cuda", "strict")
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
 TEXT8_QUERIES = ("france", "king", "computer", "three", "walking")
 
@@ -79,6 +86,8 @@ def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2
     """Train GloVe on ``counts``; returns the model, glove.c's cost per epoch, seconds.
 
     Prints the cost of each epoch; ``progress`` shows a progress bar too.
+    The model and records are made on the current device (``md.set_device``);
+    only ``single`` trains on a device, the other strategies on the CPU only.
     """
     records = glove.Records.from_counts(counts.row, counts.col, counts.val, x_max=x_max)
     model = glove.GloVe.create(len(counts.words), dim, seed)
@@ -131,6 +140,21 @@ def evaluate(vectors: np.ndarray, words: list[str], analogies: Path | None,
     return result
 
 
+def choose_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Set ``--device`` (a clear error when it cannot be had) and the strategy it allows."""
+    if args.device is None:
+        args.device = backend.get_device()
+    if args.strategy is None:
+        args.strategy = "records" if args.device == "cpu" else "single"
+    if args.device != "cpu" and args.strategy != "single":
+        parser.error(f"--strategy {args.strategy} runs on the CPU only; on --device "
+                     f"{args.device} use --strategy single (mini-batches)")
+    try:
+        backend.set_device(args.device)
+    except RuntimeError as exc:  # no cupy, or no GPU
+        parser.error(f"--device {args.device}: {exc}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=None,
@@ -144,7 +168,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=256,
                         help="records per step of the mini-batch strategies")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategy", choices=STRATEGIES, default="records")
+    parser.add_argument("--strategy", choices=STRATEGIES, default=None,
+                        help="default: records on the CPU, single on a device")
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="where 'single' trains (default: MINIDIST_DEVICE, else cpu; "
+                             "strict: the CI guard, on the CPU)")
     parser.add_argument("--threads", type=int, default=1, help="threads of 'records'")
     parser.add_argument("--ranks", type=int, default=2, help="processes of a parallel strategy")
     parser.add_argument("--save", metavar="VECTORS.txt", help="write w + w~ in GloVe text format")
@@ -152,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--eval-similarity", metavar="FILE", help="'word1 word2 score' lines")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    choose_device(parser, args)
 
     with tempfile.TemporaryDirectory(prefix="minidist-glove-") as folder:
         source, analogies, similarity = prepare_corpus(args.corpus, args.seed, folder)
@@ -170,7 +199,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{args.epochs} epochs in {seconds:.1f} s "
               f"({args.epochs * counts.nnz / seconds / 1e6:.2f} M records/s), "
               f"strategy {args.strategy}")
-        words, vectors = [str(w) for w in counts.words], model.vectors()
+        words = [str(w) for w in counts.words]
+        vectors = backend.to_numpy(model.vectors())  # the trained vectors, to the host once
         if args.save:
             glove.save_vectors(args.save, words, vectors)
             print(f"vectors written to {args.save}")
