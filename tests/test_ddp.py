@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import minidist as md
+from minidist import backend
 from minidist.comm import LocalCluster
 from minidist.data import BatchSampler, DistributedSampler
 from minidist.nn import Embedding, Linear, Module, Parameter
@@ -269,12 +270,13 @@ def test_plan_walks_parameters_in_reverse_and_respects_capacities():
 def test_bucket_flags_count_users_and_leave_unused_grads_none():
     a, b = Parameter(np.ones((2, 2))), Parameter(np.ones(3))
     bucket = Bucket([a, b], scale=1 / 2)  # 2 ranks: each contributes half its gradient
-    bucket.pack(0, np.full((2, 2), 4.0))
+    xp = backend.xp()  # the gradients and the peer's half on the device the test runs on
+    bucket.pack(0, xp.full((2, 2), 4.0))
     assert not bucket.complete
     bucket.pack_missing()  # b has no gradient on this rank: zeros and flag 0
     assert bucket.complete
     np.testing.assert_array_equal(bucket.buffer, [2, 2, 2, 2, 0, 0, 0, 1, 0])
-    bucket.buffer += np.array([1, 1, 1, 1, 0, 0, 0, 1, 0.0])  # the second rank's half
+    bucket.buffer += xp.asarray([1, 1, 1, 1, 0, 0, 0, 1, 0.0])  # the second rank's half
     bucket.unpack()  # the average, 3, is already there
     np.testing.assert_array_equal(a.grad, np.full((2, 2), 3.0))
     assert b.grad is None and not bucket.packed

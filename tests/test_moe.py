@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import minidist as md
+from minidist import backend
 from minidist.comm import LocalCluster, NetworkModel
 from minidist.comm.cost import check_cost
 from minidist.parallel.moe import MoE, average_gradients, format_load, load_table
@@ -58,7 +59,7 @@ def test_one_process_is_the_definition(top_k: int, capacity_factor: float | None
 
 def losses_and_gradients(moe: MoE, x: np.ndarray, target: np.ndarray):
     x = md.Tensor(x, requires_grad=True)
-    y = moe(x)
+    y, target = moe(x), md.Tensor(target)  # the target on the device the test runs on
     ((y - target) * (y - target)).sum().backward()
     return y.numpy(), x.grad, {name: p.grad for name, p in moe.named_parameters()}
 
@@ -101,7 +102,7 @@ def test_expert_parallel_equals_one_process(p: int, top_k: int,
 
 def test_parameter_gradients_match_finite_differences() -> None:
     moe = MoE(3, 4, 4, top_k=2, capacity_factor=1.0, dtype=np.float64, rng=3)
-    x, weight = tokens(0, 5, 3), tokens(1, 5, 3)
+    x, weight = tokens(0, 5, 3), md.Tensor(tokens(1, 5, 3))
 
     def objective():  # the balancing loss too: its gradient reaches the gate
         return (moe(x) * weight).sum() + moe.balance_loss
@@ -149,7 +150,7 @@ def test_a_skewed_gate_overloads_one_expert_and_drops_its_tokens() -> None:
         moe(x)
         skewed = load_table(moe), moe.balance_loss.item()
         moe.reset_load()
-        moe.gate.weight.data[...] = tokens(5, n_experts, d)
+        moe.gate.weight.data[...] = backend.xp().asarray(tokens(5, n_experts, d))
         moe(tokens(c.rank, n, d))
         return skewed, (load_table(moe), moe.balance_loss.item())
 

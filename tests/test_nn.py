@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minidist as md
-from minidist import nn
+from minidist import backend, nn
 from minidist.nn import functional as F
 
 RNG = np.random.default_rng(1234)
@@ -295,7 +295,7 @@ def test_layer_norm_normalises_rows_and_passes_finite_differences():
     y = norm(md.Tensor(x)).data
     np.testing.assert_allclose(y.mean(axis=1), 0, atol=1e-12)
     np.testing.assert_allclose(y.var(axis=1), 1 / (1 + 1e-5 / x.var(axis=1)), rtol=1e-10)
-    norm.weight.data[:] = np.arange(1.0, 6.0)
+    norm.weight.data[:] = backend.xp().arange(1.0, 6.0)
     norm.bias.data[:] = 0.5
     upstream = md.Tensor(np.random.default_rng(1).normal(size=(4, 5)))
     assert md.gradcheck(lambda t: (norm(t) * upstream).sum(),
