@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minidist import backend, glove
+from minidist import backend, backend_strict, glove
 from minidist.bench import glove as bench_glove
 from minidist.data.cooccur import zipf_cooccurrence
 from minidist.examples import glove as example
@@ -61,6 +61,21 @@ def test_training_on_a_device_equals_the_cpu(device, counts):
     assert_same_model(model, expected, RTOL[device])
     assert glove.loss(model, records) == pytest.approx(glove.loss(expected, cpu_records),
                                                        rel=RTOL[device])
+
+
+def test_only_each_epochs_shuffle_crosses_to_the_device(counts, monkeypatch):
+    backend.set_device("strict")
+    model, records = glove.GloVe.create(VOCAB, DIM), glove.Records.from_counts(*counts)
+    glove.train(model, records, 1, 64)  # AdaGrad's per-column rates: made once per device
+    moved, asarray = [], backend_strict.strict.asarray
+
+    def counted(data, *args, **kwargs):
+        moved.append(type(data).__name__)
+        return asarray(data, *args, **kwargs)
+
+    monkeypatch.setattr(backend_strict.strict, "asarray", counted)
+    glove.train(model, records, 3, 64, seed=5)
+    assert moved == ["ndarray"] * 3  # an epoch's order; its batches are slices, already there
 
 
 @pytest.mark.parametrize("device", DEVICES)

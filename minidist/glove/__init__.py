@@ -26,6 +26,14 @@ touched, with ``adagrad_columns``' rate and clip per column.
     glove.train_hogwild(model, records, workers=2, epochs=10)       # lock-free processes
     md.launch(glove.train_glove_sharded, world_size=2, args=(model, records, 10))
 
+On a device (``md.set_device("cuda")``; ``"strict"``, the CI guard, on the
+CPU) ``GloVe.create`` and ``Records.from_counts`` make their arrays there and
+``train`` keeps the tables, their AdaGrad sums and the batches there; the
+costs come back once an epoch, the vectors when asked
+(``backend.to_numpy(model.vectors())``). The record loop, Hogwild, sharded
+and DDP run on the CPU only and refuse device arrays; ``model.to(numpy)`` is
+the explicit host copy.
+
 (``minidist.models.glove`` and ``minidist.models.glove_eval``, the old paths,
 still import this package and ``evaluate``.)
 """

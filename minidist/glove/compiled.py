@@ -25,6 +25,10 @@ cache lives in a folder named by a hash of all their sources (under
 
 ``compiled.python`` is the function itself, uncompiled: the tests run both.
 numba is imported at the first call, not when ``minidist`` is.
+
+**CPU only.** numba compiles for the host, on host memory: the record loop
+takes numpy tables and refuses a model on a device (``model.require_host``).
+On a GPU the mini-batch trainer (``training``) is the one that runs.
 """
 
 from __future__ import annotations

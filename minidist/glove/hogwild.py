@@ -17,7 +17,8 @@ worker; the only contention is on memory bandwidth and on rows touched by
 two workers at once. With workers=1 the run is exactly ``train``'s.
 (glove.c runs Hogwild with threads; ``per_record.train_records(threads=T)``
 does too, its compiled loop releasing the interpreter lock. This file is
-the lesson on processes and shared memory.)
+the lesson on processes and shared memory.) CPU only: the shared blocks are
+host memory, so a model or records on a device are refused.
 """
 
 from __future__ import annotations

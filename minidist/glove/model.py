@@ -67,10 +67,10 @@ def adagrad_columns(dim: int, eta: float = ETA) -> tuple[np.ndarray, np.ndarray]
 class Records:
     """The non-zeros X_ij as training records, with f(X_ij) and log X_ij precomputed."""
 
-    row: np.ndarray      # int, word ids i
-    col: np.ndarray      # int, context ids j
-    weight: np.ndarray   # f(X_ij)
-    log_x: np.ndarray    # log X_ij
+    row: Any             # int, word ids i; on the host or a device
+    col: Any             # int, context ids j
+    weight: Any          # f(X_ij)
+    log_x: Any           # log X_ij
 
     @classmethod
     def from_counts(cls, row: Any, col: Any, val: Any, x_max: float = X_MAX,

@@ -28,7 +28,8 @@ because the compiled loop releases the interpreter lock (``compiled``).
 
 Cost per epoch: O(nnz d) arithmetic and 4 random row reads and writes per
 record, nnz / T records per thread; memory: the model and one chunk of
-records per thread (``recordfile``).
+records per thread (``recordfile``). CPU only (``compiled`` says why): a model
+on a device is refused; ``model.to(numpy)`` is the explicit host copy.
 """
 
 from __future__ import annotations
