@@ -70,7 +70,10 @@ class PostedRecv:
         """Match ``message``; its data lands in ``buf`` if it fits (else the receiver's
         completion reports the mismatch, on the receiver's rank)."""
         data, buf = message.data, self.buf
-        if data.dtype == buf.dtype and data.size == buf.size:
+        if data.shape == buf.shape and data.dtype == buf.dtype:
+            buf[...] = data
+            message.data = buf
+        elif data.dtype == buf.dtype and data.size == buf.size:
             buf.reshape(-1)[...] = data.reshape(-1)
             message.data = buf
         else:
