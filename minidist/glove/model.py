@@ -93,7 +93,7 @@ class Records:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def to(self, xp: ModuleType) -> Records:
-        """These records on ``xp``'s device: themselves if there, else one copy."""
+        """These records on ``xp``'s device: the same arrays if there, else one copy."""
         return Records(**_moved(self.arrays(), xp))
 
     def take(self, index: Any) -> Records:
@@ -145,7 +145,7 @@ class GloVe:
         return GloVe(**{name: a.copy() for name, a in self.arrays().items()})
 
     def to(self, xp: ModuleType) -> GloVe:
-        """This model on ``xp``'s device: itself if there, else one copy
+        """This model on ``xp``'s device: the same arrays if there, else one copy
         (``to(numpy)``: a host copy, to save or to hand to a CPU-only trainer)."""
         return GloVe(**_moved(self.arrays(), xp))
 
