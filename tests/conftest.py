@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
@@ -47,6 +48,17 @@ STRICT_FILES = {
     "test_transport_local.py", "test_collectives.py", "test_device_p2p.py", "test_ps_keys.py",
     "test_glove_device.py", "test_strict_device.py",
 }
+
+
+@pytest.fixture
+def strict():
+    """The strict device for one test (its array module), whatever MINIDIST_DEVICE says."""
+    from minidist import backend
+
+    before = backend.get_device()
+    backend.set_device("strict")
+    yield backend.xp()
+    backend.set_device(before)
 
 
 def _on_host(assertion):

@@ -15,14 +15,6 @@ from minidist.comm.transport.device import STAGED
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
-@pytest.fixture
-def strict():
-    before = backend.get_device()
-    md.set_device("strict")
-    yield backend.xp()
-    md.set_device(before)
-
-
 def exchanges(c):
     """Every point-to-point form with device buffers; returns host copies of what arrived,
     this rank's traffic and the copies it staged."""

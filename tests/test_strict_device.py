@@ -17,14 +17,6 @@ from minidist.nn.functional import cross_entropy
 from minidist.parallel.ddp import DataParallel
 
 
-@pytest.fixture
-def strict():
-    before = backend.get_device()
-    md.set_device("strict")
-    yield backend.xp()
-    md.set_device(before)
-
-
 def test_strict_arrays_refuse_what_cupy_refuses(strict):
     x = strict.asarray([1.0, 2.0, 3.0])
     host = np.ones(3)
