@@ -22,7 +22,30 @@ def run(module: str, *args: str, env: dict | None = None) -> str:
 def test_autograd_benchmark_prints_both_libraries_or_minidist_alone():
     out = run("minidist.bench.autograd", "--sizes", "32,16,4", "--batch", "8", "--steps", "3",
               "--warmup", "1")
-    assert "minidist" in out and "us/op" in out
+    assert "minidist" in out and "us/op" in out and "on cpu" in out
+    torch_present = any(line.startswith("torch ") for line in out.splitlines())
+    assert torch_present == ("target: step <= 1.25x PyTorch's on cpu:" in out)
+    assert torch_present != ("minidist's figures alone" in out)
+
+
+@pytest.mark.timeout(60)
+def test_autograd_benchmark_smoke_runs_on_the_strict_device():
+    out = run("minidist.bench.autograd", "--device", "strict", "--steps", "2", "--warmup", "1")
+    assert "MLP 64-32-10, batch 16, float32, on strict" in out
+    assert "a smoke test of the device path" in out and "its times mean nothing" in out
+    assert "minidist " in out and "us/op" in out and "target" not in out
+
+
+@pytest.mark.timeout(60)
+def test_autograd_benchmark_without_a_gpu_says_so():
+    from minidist import backend
+
+    if backend.gpu_available():
+        pytest.skip("a GPU is here: --device cuda runs")
+    done = subprocess.run([sys.executable, "-m", "minidist.bench.autograd", "--device", "cuda"],
+                          capture_output=True, text=True, timeout=50, env=ENV)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--device cuda: device 'cuda' was requested but" in done.stderr
 
 
 @pytest.mark.mpi

@@ -1,20 +1,47 @@
-"""What the examples share on their command lines: how many ranks a run has, and a bad
-option reported as one clear line on every rank.
+"""What the examples share on their command lines: how many ranks a run has, where the
+model computes (``--device``), and a bad option reported as one clear line on every rank.
 
 Under ``mpirun`` the ranks are mpirun's ``-n``; alone, an example runs its
 ranks in process, ``--ranks`` of them. A wrong option must not leave some
 ranks waiting for others that have quit: every rank checks the same
 options, says what is wrong on its own line of stderr, waits until all have
 said it, and exits with status 2 (argparse's status for a usage error).
+
+``--device cuda`` computes on the GPU (cupy), ``cpu`` with numpy, ``strict``
+with the CI guard's stand-in (numpy on the CPU behind arrays that refuse what
+cupy refuses: a check that the device path works, its speed meaningless).
+Every rank chooses the device before it builds its model; ranks under
+``mpirun`` may share one GPU (each process has its own context). Asked for
+with no GPU, every rank fails alike: a usage error naming the problem.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from minidist import backend
 from minidist.comm import Communicator, LocalCommunicator
+
+DEVICES = ("cpu", "cuda", "strict")
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """``--device {cpu,cuda,strict}``; by default ``MINIDIST_DEVICE``, else cpu."""
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="where the model computes (default: MINIDIST_DEVICE, else cpu; "
+                             "strict: the CI guard's stand-in, on the CPU)")
+
+
+def choose_device(parser: argparse.ArgumentParser, device: str | None) -> str:
+    """Compute on ``device`` (None: the default); a usage error when it cannot be had."""
+    try:
+        backend.set_device(device if device is not None else backend.get_device())
+    except (RuntimeError, ValueError) as exc:  # no cupy, no GPU, a bad MINIDIST_DEVICE
+        parser.error(f"--device {device or 'from MINIDIST_DEVICE'}: {exc}")
+    return backend.get_device()
 
 
 def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
