@@ -40,15 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.bench.fit import CURVE_FROM, HOST_SIZES, fit
-from minidist.comm import cost
+from minidist.bench.pricing import RAW_MPI, describe_fit, fitted_here, median_fit, predicted_time
 from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
-from minidist.comm.cost.mpich import LocalPrices, load_local_prices, local_prices, mpich_time
+from minidist.comm.cost.mpich import LocalPrices, load_local_prices
 from minidist.comm.cost.network import NetworkModel, load_network_model
 from minidist.comm.transport.communicator import Communicator
 from minidist.util.mpiexec import run_module_under_mpi
 
-RAW_MPI = "MPI_Allreduce"  # the baseline: mpi4py's Allreduce called directly, no minidist
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
@@ -74,9 +72,9 @@ def default_sizes(smallest: int = 8, largest: int = 64 << 20, factor: int = 4) -
     return sizes + [largest] if sizes[-1] != largest else sizes
 
 
-def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype,
-                   iters: int, warmup: int) -> float:
-    """Median over ``iters`` calls of the slowest rank's time, in seconds."""
+def call_times(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype,
+               iters: int, warmup: int) -> list[float]:
+    """The slowest rank's time of each of ``iters`` calls, in seconds."""
     from mpi4py import MPI
 
     arr = np.ones(nbytes // dtype.itemsize, dtype)
@@ -101,62 +99,50 @@ def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype
         mine.append(time.perf_counter() - start)
     slowest = np.empty(iters)
     c.mpi_comm.Allreduce(np.array(mine), slowest, op=MPI.MAX)
-    return float(statistics.median(slowest))
+    return slowest.tolist()
 
 
-def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
-                   network: NetworkModel, local: LocalPrices | None = None) -> float:
-    """The model of what is timed: the algorithm plus the agreement check it runs, and
-    for the library's algorithms the copy of ``arr`` into ``out`` that they reduce in place
-    (``"mpi"`` passes ``MPI_IN_PLACE``: MPICH's own copy is that one)."""
-    if algorithm == RAW_MPI:
-        return mpich_time(p, nbytes, network, local)
-    if algorithm == "mpi":
-        return mpich_time(p, nbytes, network, local) + cost.check_cost(p, nbytes, network).time
-    copy = (local or LocalPrices()).copy_time(nbytes, nbytes, network) * network.sharing(p, nbytes)
-    return copy + cost.predict(algorithm, p, nbytes, itemsize, network, check=True).time
-
-
-def fitted_here(c: Communicator, nbytes: int) -> tuple[NetworkModel, LocalPrices]:
-    """The model fitted just now at ``nbytes`` (and 8 B, for MPI's latency; below
-    ``CURVE_FROM``, at that size, as the saved fit prices them), the host bus with it from
-    64 KiB up; rank 0 prints the fit's figures. Every rank gets the model."""
-    fitted = fit(c.mpi_comm, [max(nbytes, CURVE_FROM)],
-                 [nbytes] if nbytes >= HOST_SIZES[0] else [])
-    if fitted is not None:
-        network, notes = fitted
-        bus = "".join(f", bus B_1 {alone / 1e9:.1f} GB/s, B_host {together / 1e9:.1f} GB/s"
-                      for _, alone, together in network.host_curve)
-        print(f"# fit at {format_size(nbytes)}: alpha {network.alpha * 1e6:.1f} us, exchange "
-              f"{1e-9 / network.beta_at(nbytes):.2f} GB/s, np.add "
-              f"{1e-9 / network.gamma_at(nbytes):.2f} GB/s{bus}, load average "
-              f"{notes['load_average']:.1f}", flush=True)
-        fitted = network, local_prices(notes)
-    return c.mpi_comm.bcast(fitted, root=0)
+def time_allreduce(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype,
+                   iters: int, warmup: int) -> float:
+    """Median over ``iters`` calls of the slowest rank's time, in seconds."""
+    return float(statistics.median(call_times(c, algorithm, nbytes, dtype, iters, warmup)))
 
 
 def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtype, iters: int,
-        warmup: int, saved: tuple[NetworkModel, LocalPrices] | None = None) -> list[dict]:
-    """Measure every (size, algorithm); rank 0 prints the table row by row.
+        warmup: int, rounds: int, saved: tuple[NetworkModel, LocalPrices] | None = None,
+        ) -> list[dict]:
+    """Measure every (size, algorithm); rank 0 prints the table size by size.
 
-    ``saved``: the model and MPI's prices to use throughout; None: fit them
-    again before each size (:func:`fitted_here`).
+    Each size in ``rounds`` rounds: a fit at that size (unless ``saved`` gives
+    the model and MPI's prices), then ``iters / rounds`` calls of each
+    algorithm; the row is the median of all its calls, priced by the median
+    of the fits, so that timings and fit see the same minutes.
     """
     p, rows = c.size, []
+    per_round = -(-iters // rounds)
     if c.rank == 0:
-        how = "a fit at each size before its timings" if saved is None else (
-            f"the saved fit (alpha {saved[0].alpha:.3g} s, {len(saved[0].curve)}-point curve)")
-        print(f"# allreduce, P = {p}, {dtype}, median of {iters} calls, load average "
-              f"{os.getloadavg()[0]:.1f}; model: {how}")
+        how = f"fitted at each size, interleaved with the timings in {rounds} rounds" if (
+            saved is None) else f"the saved fit (alpha {saved[0].alpha:.3g} s)"
+        print(f"# allreduce, P = {p}, {dtype}, median of {per_round * rounds} calls, load "
+              f"average {os.getloadavg()[0]:.1f}; model {how}")
         print("# model: every link independent; bus: the ranks share the host's memory bus")
         print(f"{'size':>10} {'algorithm':>19} {'time us':>10} {'algbw GB/s':>11} "
               f"{'busbw GB/s':>11} {'model us':>10} {'model/meas':>10} {'bus us':>10} "
               f"{'bus/meas':>9}")
     for nbytes in sizes:
-        network, local = fitted_here(c, nbytes) if saved is None else saved
+        fits, times = [], {algorithm: [] for algorithm in algorithms}
+        for round_ in range(rounds):
+            if saved is None:
+                fits.append(fitted_here(c, nbytes, max(5, 25 // rounds)))
+            for algorithm in algorithms:
+                times[algorithm] += call_times(c, algorithm, nbytes, dtype, per_round,
+                                               warmup if round_ == 0 else 1)
+        network, local = median_fit(fits) if saved is None else saved
+        if c.rank == 0 and saved is None:
+            print(describe_fit(nbytes, format_size(nbytes), fits), flush=True)
         links = dataclasses.replace(network, host_curve=())
         for algorithm in algorithms:
-            seconds = time_allreduce(c, algorithm, nbytes, dtype, iters, warmup)
+            seconds = statistics.median(times[algorithm])
             model = predicted_time(algorithm, p, nbytes, dtype.itemsize, links, local)
             bus = predicted_time(algorithm, p, nbytes, dtype.itemsize, network, local)
             algbw = nbytes / seconds / 1e9
@@ -260,6 +246,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="per size: rounds of (fit, iters/rounds calls of each algorithm)")
     parser.add_argument("--csv", help="write the rows to this CSV file")
     parser.add_argument("--plot", help="save busbw vs size to this PNG")
     parser.add_argument("--fit", choices=["each", "saved"], default="each",
@@ -285,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = np.dtype(args.dtype)
     saved = (load_network_model(host=True), load_local_prices()) if args.fit == "saved" else None
     wall, cpu = time.perf_counter(), time.process_time()
-    rows = run(c, sizes, algorithms, dtype, args.iters, args.warmup, saved)
+    rows = run(c, sizes, algorithms, dtype, args.iters, args.warmup, args.rounds, saved)
     if c.rank == 0:
         print("\n".join(targets(rows)))
         print(f"# run: {time.perf_counter() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s "

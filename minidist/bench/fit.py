@@ -229,20 +229,20 @@ def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001
                                                  check=False), repeats) for _ in range(3))
 
 
-def fit(mpi_comm, sizes: list[int] = SIZES,  # noqa: ANN001
-        host_sizes: list[int] | None = None) -> tuple[NetworkModel, dict] | None:
+def fit(mpi_comm, sizes: list[int] = SIZES, host_sizes: list[int] | None = None,  # noqa: ANN001
+        repeats: int = 25) -> tuple[NetworkModel, dict] | None:
     """Run the measurements on 2 ranks at ``sizes`` (8 B and any of :data:`SIZES`, or
     one size for a flat model of it; the bus at ``host_sizes``, default those of
-    :data:`HOST_SIZES` within ``sizes``); rank 0 gets the model and the raw numbers.
-    The page faults are measured only when a size reaches ``FRESH_FROM``."""
+    :data:`HOST_SIZES` within ``sizes``), each the median of ``repeats`` calls; rank 0
+    gets the model and the raw numbers. Page faults are measured only from ``FRESH_FROM``."""
     sizes = sorted({8, *sizes})
     host_sizes = [n for n in HOST_SIZES if n in sizes] if host_sizes is None else host_sizes
-    ping_pong = message_times(mpi_comm, exchange=False, sizes=sizes)
-    exchange = message_times(mpi_comm, exchange=True, sizes=sizes)
-    local = local_times(mpi_comm, sizes)
+    ping_pong = message_times(mpi_comm, exchange=False, sizes=sizes, repeats=repeats)
+    exchange = message_times(mpi_comm, exchange=True, sizes=sizes, repeats=repeats)
+    local = local_times(mpi_comm, sizes, repeats)
     adding = local["add"]
     fault = page_fault_cost(mpi_comm) if max(sizes) >= FRESH_FROM else 0.0
-    alpha = library_latency(mpi_comm)
+    alpha = library_latency(mpi_comm, 4 * repeats)
     bus = host_curve(mpi_comm, host_sizes)
     if mpi_comm.Get_rank() != 0:
         return None
