@@ -2,7 +2,7 @@
 
 One class of submissions is graded once per session (``graded_class``): each
 lab's solution, its untouched release, the wrong answers in
-``tests/fixtures/labNN/`` and the red-team class of Lab 1
+``tests/fixtures/labNN/`` and the red-team class of Labs 1 and 2
 (``tests/redteam/make_class.py``: a submission per attack, each with its
 expected score). Every test then reads its row. Later labs plug in by adding
 ``solutions/<lab>/`` and ``tests/fixtures/labNN/expected_losses.json``.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from redteam.make_class import LAB as RED_TEAM_LAB
-from redteam.make_class import TOKEN, filled, write_class
+from redteam.make_class import TOKEN, filled, lab_notebooks, write_class
 
 from minidist.course.grade import grade
 from minidist.course.release import release
@@ -77,8 +77,7 @@ def graded_class(tmp_path_factory):
     listener = socket.create_server(("127.0.0.1", 0))  # the kernel must not reach it
     course = {"solutions": str(ROOT / "solutions"), "tests": str(ROOT / "tests"),
               "submissions": str(folder), "port": listener.getsockname()[1]}
-    red_team = write_class(folder, released, notebooks(ROOT / "solutions" / RED_TEAM_LAB)[name],
-                           course)
+    red_team = write_class(folder, lab_notebooks(ROOT, fresh), course)
     (folder / f"cellless_{RED_TEAM_LAB}.ipynb").write_text(json.dumps({"nbformat": 4,
                                                                       "metadata": {}}))
     (folder / "mystery_lab99_nothing.ipynb").write_text(json.dumps(released))
@@ -122,12 +121,11 @@ def test_wrong_answers_lose_exactly_their_tasks(graded_class):
 def test_red_team_scores_exactly_as_asserted(graded_class):
     """Every attack of the red-team class gets its expected score, no more, no less."""
     results, out, _, red_team = graded_class
-    table = [(name, expected, results[(name, RED_TEAM_LAB)].score)
-             for name, expected in red_team.items()
-             if os.geteuid() == 0 or name not in NEEDS_ROOT]
-    print("\n".join(f"{name:32} expected {want:4g}  got {got:4g}" for name, want, got in table))
-    wrong = {name: results[(name, RED_TEAM_LAB)].problems for name, want, got in table
-             if got != want}
+    table = [(key, expected, results[key].score) for key, expected in red_team.items()
+             if os.geteuid() == 0 or key[0] not in NEEDS_ROOT]
+    print("\n".join(f"{name:32} {lab:16} expected {want:4g}  got {got:4g}"
+                     for (name, lab), want, got in table))
+    wrong = {key: results[key].problems for key, want, got in table if got != want}
     assert not wrong, wrong
     assert "not a notebook" in results[("is_not_a_notebook", RED_TEAM_LAB)].problems[0]
     assert "not a notebook" in results[("cellless", RED_TEAM_LAB)].problems[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import json
 
 import numpy as np
@@ -26,6 +27,8 @@ from minidist.labkit.lab01 import (
     check_optimizer,
     check_topological_order,
 )
+from minidist.labkit.lab02 import check_broadcast, check_ping_pong_traffic, check_ring_shift
+from minidist.labkit.relay import Lending
 from minidist.labkit.remote import Remote, Session
 
 STUDENT = '''
@@ -164,3 +167,139 @@ def test_the_grader_binds_only_the_names_a_check_reads_and_does_not_define():
     source = ("with task('T'), blocked('x'):\n    g = np.ones(3)\n"
               "    check(lambda ps: Adam(ps, lr=0.1), [f(v) for v in g])\n")
     assert free_names(source) == {"task", "blocked", "np", "check", "Adam", "f"}
+
+
+# ---- multi-rank checks: the ranks are the grader's, the student's code is lent them -------
+
+RANKS_STUDENT = '''
+import numpy as np
+from minidist.comm.collectives import basic
+
+def ring_shift(arr, c):
+    received = np.empty_like(arr)
+    c.sendrecv(arr, (c.rank + 1) % c.size, received, (c.rank - 1) % c.size)
+    return received
+
+def ring_shift_deadlocks(arr, c):
+    c.send(arr, (c.rank + 1) % c.size)
+    return c.recv(np.empty_like(arr), (c.rank - 1) % c.size)
+
+def ring_shift_into_arr(arr, c):
+    c.sendrecv(arr.copy(), (c.rank + 1) % c.size, arr, (c.rank - 1) % c.size)
+    return arr
+
+def broadcast_library(arr, c, root=0):
+    return basic.broadcast_binomial(arr, c, root)
+
+def broadcast_forging_its_counters(arr, c, root=0):
+    """Linear (P-1 rounds), then rewrites its counters and its log of calls to look like
+    the text's binomial tree: the check reads the grader's own."""
+    out = arr.copy()
+    if c.rank == root:
+        for dest in range(c.size):
+            if dest != root:
+                c.send(out, dest)
+    else:
+        c.recv(out, root)
+    from minidist.labkit.lab02 import binomial_calls, log2_rounds
+    c.stats.latencies.now = float(log2_rounds(c.size))
+    if hasattr(c, "calls"):
+        c.calls[:] = binomial_calls(c.size, root, c.rank, up=False)
+    return out
+
+def ping_pong(c, nbytes, repeats):
+    import time
+    buf, one_way = np.zeros(nbytes, np.uint8), []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        if c.rank == 0:
+            c.send(buf, 1)
+            c.recv(buf, 1)
+        else:
+            c.recv(buf, 0)
+            c.send(buf, 0)
+        one_way.append((time.perf_counter() - start) / 2)
+    return float(np.median(one_way))
+
+def add_one(x):
+    x += 1
+    return x
+
+def tail(x):
+    return x[1:]
+
+def copied(x):
+    return x + 0
+'''
+
+
+@pytest.fixture
+def ranks_kernel():
+    namespace: dict = {}
+    exec(RANKS_STUDENT, namespace)
+    serve.reset()
+    return namespace, Session(lambda text: serve.answer(text, namespace)).name
+
+
+def verdict(check) -> str:
+    try:
+        with task("Task"):
+            check()
+    except CheckFailed as failure:
+        return str(failure)
+    return "passed"
+
+
+@pytest.mark.parametrize("answer", ["ring_shift", "ring_shift_deadlocks", "ring_shift_into_arr"])
+def test_a_multi_rank_check_gives_the_local_verdict(ranks_kernel, answer):
+    namespace, kernel = ranks_kernel
+    local = verdict(lambda: check_ring_shift(namespace[answer], 4, 10, "int32"))
+    assert local == verdict(lambda: check_ring_shift(kernel(answer), 4, 10, "int32"))
+    assert (local == "passed") == (answer == "ring_shift")
+
+
+def test_the_library_is_blocked_in_the_students_ranks(ranks_kernel):
+    _, kernel = ranks_kernel
+    assert "write your own broadcast_binomial" in verdict(
+        lambda: check_broadcast(kernel("broadcast_library"), 5, 3, 0, "binomial"))
+
+
+def test_counters_and_the_log_of_calls_are_the_graders(ranks_kernel):
+    """In the student's interpreter the forged counters pass (why the ranks moved out);
+    through the grader's fabric the same answer shows its P-1 rounds."""
+    namespace, kernel = ranks_kernel
+    forged = "broadcast_forging_its_counters"
+    assert verdict(lambda: check_broadcast(namespace[forged], 5, 3, 0, "binomial")) == "passed"
+    assert "took 4 rounds of message latency, a binomial tree" in verdict(
+        lambda: check_broadcast(kernel(forged), 5, 3, 0, "binomial"))
+
+
+def test_the_students_ranks_time_themselves_on_the_graders_clock(ranks_kernel):
+    _, kernel = ranks_kernel
+    assert verdict(lambda: check_ping_pong_traffic(kernel("ping_pong"), 1000, 5)) == "passed"
+
+
+def test_arrays_keep_their_identity_across_a_call(ranks_kernel):
+    _, kernel = ranks_kernel
+    x = np.arange(4.0)
+    assert kernel("add_one")(x) is x and list(x) == [1, 2, 3, 4]
+    view = kernel("tail")(x)
+    assert np.shares_memory(view, x) and list(view) == [2, 3, 4]
+    assert not np.shares_memory(kernel("copied")(x), x)
+
+
+def test_only_what_was_lent_to_a_call_can_be_called_back():
+    lending = Lending(itertools.count(1))
+    c = md.comm.LocalCluster(1).communicators()[0]
+    number = lending.lend(c)["$comm"][0]
+    plain = lambda data: wire.decode(data, lending.resolve, frozenset({"$comm", "$request"}))  # noqa: E731
+    for call in ({"task": 2, "on": number, "method": "barrier", "args": []},  # another task's
+                 {"task": 1, "on": number + 1, "method": "barrier", "args": []},  # not lent
+                 {"task": 1, "on": number, "method": "fabric", "args": []},  # not an operation
+                 {"task": 1, "queued": [{"on": number, "method": "compute", "number": 5,
+                                         "args": [0.0]}]}):  # a request number of its own
+        with pytest.raises(wire.WireError):
+            lending.answer(call, 1, plain)
+    refused = lending.answer({"task": 1, "on": number, "method": "send",  # the transport's words
+                              "args": [{"$dict": [["type", "list"]]}, 0, 0]}, 1, plain)
+    assert refused["error"][0] == "ValueError" and refused["error"][1].endswith("got list")

@@ -10,16 +10,26 @@ Whatever else the request printed is copied, as text, to the check's output
 score to the graded cell).
 
 Every wait has the cell's deadline: past it, the kernel is interrupted and
-``CellTimeout`` raised; a kernel that is no longer alive raises
-``KernelDied``. Both are BaseExceptions, so no ``task`` turns them into a
-check's failure sentence: the executor records them and goes on.
+``CellTimeout`` raised (and every later request of the cell raises it at
+once); a kernel that is no longer alive raises ``KernelDied``. Both are
+BaseExceptions, so no ``task`` turns them into a check's failure sentence:
+the executor records them and goes on.
+
+A multi-rank check calls the kernel from the ranks of an in-process run,
+which take turns on a thread of their own (``comm.LocalCluster``), so a
+request may come from any thread: it uses the client's sockets directly
+(never an event loop of the thread that made them), and one request at a
+time holds the channel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import sys
+import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from jupyter_client import BlockingKernelClient
@@ -50,6 +60,7 @@ class KernelChannel:
         self.executor = executor
         self.client: BlockingKernelClient | None = None
         self.deadline = float("inf")
+        self._lock = threading.Lock()
 
     def connect(self) -> None:
         if self.client is not None:
@@ -62,15 +73,31 @@ class KernelChannel:
     def start_cell(self, deadline: float) -> None:
         self.deadline = deadline
 
+    def _manage(self, method: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Run one of the kernel manager's coroutine methods from this thread."""
+        if threading.current_thread() is threading.main_thread():
+            return run_sync(method)()
+        return asyncio.run(method())  # a ranks' thread: a loop of its own, closed after
+
     def _alive(self) -> bool:
-        return bool(run_sync(self.executor.km.is_alive)())
+        return bool(self._manage(self.executor.km.is_alive))
 
     def _execute(self, code: str, reply_wanted: bool) -> Any:
         """Run ``code``; return the reply it published (None if none) once the kernel is idle."""
+        left = self.deadline - time.monotonic()
+        if left <= 0 or not self._lock.acquire(timeout=-1 if left == float("inf") else left):
+            raise CellTimeout
+        try:
+            return self._execute_holding_the_lock(code, reply_wanted)
+        finally:
+            self._lock.release()
+
+    def _execute_holding_the_lock(self, code: str, reply_wanted: bool) -> Any:
         if self.client is None:
             self.connect()
-        while self.client.iopub_channel.msg_ready():  # what the notebook's own cells published
-            self.client.get_iopub_msg(timeout=0)
+        iopub = self.client.iopub_channel
+        while iopub.msg_ready():  # what the notebook's own cells published
+            iopub.get_msg(timeout=0)
         msg_id = self.client.execute(code, store_history=False, allow_stdin=False,
                                      stop_on_error=False)
         reply, printed, checked = None, 0, time.monotonic()
@@ -79,7 +106,7 @@ class KernelChannel:
                 self._interrupt(msg_id)
                 raise CellTimeout
             try:
-                msg = self.client.get_iopub_msg(timeout=0.2)
+                msg = iopub.get_msg(timeout=0.2)
             except queue.Empty:
                 if time.monotonic() - checked > 1.0:
                     checked = time.monotonic()
@@ -98,16 +125,16 @@ class KernelChannel:
             elif kind == "status" and content.get("execution_state") == "idle":
                 break
         while self.client.shell_channel.msg_ready():
-            self.client.get_shell_msg(timeout=0)
+            self.client.shell_channel.get_msg(timeout=0)
         return reply
 
     def _interrupt(self, msg_id: str) -> None:
         """Interrupt the request; wait a little for the kernel to be idle again."""
-        run_sync(self.executor.km.interrupt_kernel)()
-        self.deadline = time.monotonic() + 5
+        self._manage(self.executor.km.interrupt_kernel)
+        until = time.monotonic() + 5
         try:
             while True:
-                msg = self.client.get_iopub_msg(timeout=max(0.0, self.deadline - time.monotonic()))
+                msg = self.client.iopub_channel.get_msg(timeout=max(0.0, until - time.monotonic()))
                 if (msg.get("parent_header", {}).get("msg_id") == msg_id
                         and msg["msg_type"] == "status"
                         and msg["content"].get("execution_state") == "idle"):

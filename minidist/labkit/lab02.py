@@ -15,6 +15,11 @@ so nothing graded reads them: on the in-process transport,
 runs, rank 1 pauses (on that clock) before some replies, and the answer must
 return exactly the median of the halved round trips; on real MPI processes
 only the counters and the type of the result are checked.
+
+When the lab is graded the student's functions live in the kernel and the
+ranks here: a rank's communicator is lent to the student's code
+(``relay.py``), so the messages, bytes, rounds, the schedule and the
+modelled clock are the grader's. The MPI run of Task 6 starts in the kernel.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from minidist.comm.errors import RankError
 from minidist.comm.ops import UFUNCS
+from minidist.comm.transport.stats import CommStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
 from minidist.labkit.ranks import (
@@ -40,6 +46,7 @@ from minidist.labkit.ranks import (
     rank_inputs,
     run_ranks,
 )
+from minidist.labkit.remote import on_student
 
 BROADCAST_RULE = ("in the text's schedule a rank receives once, from relative rank me - 2^j "
                   "(2^j the highest set bit of me), then sends to me + 2^k for each k > j, "
@@ -266,19 +273,18 @@ def check_ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float],
                            repeats: int = 5) -> dict[int, float]:
     """Run ``ping_pong`` on two real MPI processes for 8 B and 1 MiB: the MPI transport's
     counters show ``repeats`` messages of that size each way, and rank 0 returns a positive
-    float. Returns {nbytes: seconds}, for showing only: a busy machine's times are anything."""
-    __tracebackhide__ = True
-    import minidist as md
+    float. Returns {nbytes: seconds}, for showing only: a busy machine's times are anything.
 
+    The MPI job starts where ``ping_pong`` lives (a probe, ``remote.on_student``): when the
+    lab is graded, in the student's kernel, so its counters are the student's processes'
+    (``grading/README.md``); the in-process checks of the same task count on the grader's."""
+    __tracebackhide__ = True
     sizes = (8, 1 << 20)
-    try:
-        results = md.launch(measure_on_rank, world_size=2,
-                            args=(ping_pong, sizes, repeats, block), backend="mpi", timeout=60)
-    except RankError as error:
-        raise as_one_sentence(error, "ping_pong on MPI") from None
+    results = on_student(ping_pong_on_mpi, ping_pong, sizes, repeats, block)
     for k, nbytes in enumerate(sizes):
         what = f"ping_pong on MPI, {nbytes} bytes, {repeats} repeats"
-        stats = [results[rank][k][1] for rank in (0, 1)]
+        stats = [CommStats(messages_sent=results[rank][k][1], bytes_sent=results[rank][k][2])
+                 for rank in (0, 1)]
         for counter, value in (("messages_sent", repeats), ("bytes_sent", repeats * nbytes)):
             expect_counts(what, stats, counter, [value, value],
                           "one message of nbytes each way per round trip, nothing else")
@@ -286,6 +292,21 @@ def check_ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float],
         expect(isinstance(seconds, float) and seconds > 0, f"{what}: rank 0 returned "
                f"{seconds!r}; the text asks for the one-way time in seconds, a positive float")
     return {nbytes: results[0][k][0] for k, nbytes in enumerate(sizes)}
+
+
+def ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float], sizes: tuple[int, ...],
+                     repeats: int, block: tuple[str, ...]) -> list[list[tuple]]:
+    """Probe: ``ping_pong`` on two MPI processes for each size; per rank and size, its
+    result and the messages and bytes the rank sent."""
+    import minidist as md
+
+    try:
+        results = md.launch(measure_on_rank, world_size=2,
+                            args=(ping_pong, sizes, repeats, block), backend="mpi", timeout=60)
+    except RankError as error:
+        raise as_one_sentence(error, "ping_pong on MPI") from None
+    return [[(seconds, stats.messages_sent, stats.bytes_sent) for seconds, stats in rank]
+            for rank in results]
 
 
 def measure_on_rank(c: Any, ping_pong: Callable[[Any, int, int], float], sizes: tuple[int, ...],

@@ -25,7 +25,8 @@ from minidist.labkit import wire
 CONTEXT_FIELDS = ("fn", "inputs", "needs_input_grad", "saved_tensors", "parents")
 
 
-def _digest(value: Any) -> Any:
+def digest(value: Any) -> Any:
+    """What tells whether ``value`` (an array, or an object) changed: shape, dtype, a hash."""
     if value is None:
         return None
     if isinstance(value, np.ndarray):
@@ -44,7 +45,7 @@ class Mirrors:
         self._next, self._step = first_id, step
 
     def _fingerprint(self, tensor: Any) -> tuple:
-        return (bool(tensor.requires_grad), _digest(tensor.data), _digest(tensor.grad))
+        return (bool(tensor.requires_grad), digest(tensor.data), digest(tensor.grad))
 
     def _mark_synced(self, mid: int) -> None:
         tensor = self.tensors[mid]

@@ -75,10 +75,11 @@ def as_one_sentence(error: RankError, what: str) -> BaseException:
     """What a failed run should tell the student: the rank's own error, in one sentence.
 
     ``NotImplementedError`` (not done yet, or a blocked library function) and
-    failed checks pass through unchanged, so ``task`` words them as usual.
+    failed checks pass through unchanged, so ``task`` words them as usual; so does
+    what is not an error of the code (an interrupt, the grader's cell timeout).
     """
     cause = error.__cause__
-    if isinstance(cause, NotImplementedError | CheckFailed):
+    if isinstance(cause, NotImplementedError | CheckFailed) or not isinstance(cause, Exception):
         return cause
     if isinstance(cause, CommError):
         return CheckFailed(f"{what}: {cause}")
@@ -125,6 +126,12 @@ def clocked(body: Callable[[Any], Any]) -> Callable[[Any], Any]:
             _clock_of_this_rank.reset(token)
 
     return timed
+
+
+def reads_the_modelled_clock() -> bool:
+    """Whether ``time.perf_counter()`` reads the modelled clock in the rank running now (a
+    rank lent to the student's kernel then reads it there too, ``relay.py``)."""
+    return _clock_of_this_rank.get() is not None
 
 
 @contextmanager

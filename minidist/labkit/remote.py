@@ -26,13 +26,17 @@ suite) and in the kernel on a ``Remote`` one.
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from minidist.labkit import wire
 from minidist.labkit.blocking import BlockedError, active_blocks
 from minidist.labkit.mirror import Mirrors
+from minidist.labkit.relay import Lending, lendable
 
 MAX_MESSAGE_CHARS = 2000  # of an exception message from the kernel
 
@@ -77,30 +81,40 @@ def on_student(probe: Callable[..., Any], obj: Any, *args: Any, **kwargs: Any) -
 
 def _rebuilt_exception(name: Any, message: Any) -> BaseException:
     """The student's exception, as a class of the same name that holds only its message."""
+    from minidist.labkit.checks import CheckFailed
+
     name = name if isinstance(name, str) and name.isidentifier() else "Exception"
     message = str(message)[:MAX_MESSAGE_CHARS]
-    if name == "BlockedError":
-        return BlockedError(message)
+    if name in ("BlockedError", "CheckFailed"):  # (a probe's sentence; it can only fail)
+        return {"BlockedError": BlockedError, "CheckFailed": CheckFailed}[name](message)
     known = getattr(builtins, name, None)
     if isinstance(known, type) and issubclass(known, Exception):
-        return known(message)
+        try:
+            return known(message)
+        except TypeError:  # a class that wants more than a message
+            pass
     return type(name, (Exception,), {"__module__": "notebook"})(message)
 
 
 class Session:
     """One check cell's connection to the kernel: ``channel(text) -> text`` carries a
-    request and brings back the reply (``minidist.course.trusted`` provides it)."""
+    request and brings back the reply (``minidist.course.trusted`` provides it).
 
-    ALLOW = frozenset({"$tensor", "$ref"})
+    A call that lends the student's code a communicator (``relay.py``) runs in the
+    kernel as a task: until it returns, each reply may instead be a call back, which
+    :class:`~minidist.labkit.relay.Lending` does here before the task is resumed."""
+
+    ALLOW = frozenset({"$tensor", "$ref", "$view"})
 
     def __init__(self, channel: Callable[[str], str]):
         self.channel = channel
         self.mirrors = Mirrors(first_id=1, step=1)
+        self.numbers = itertools.count(1)  # of tasks and lent objects, never reused
 
     def name(self, name: str) -> Remote:
         return Remote(self, ("name", name))
 
-    def _refer(self, value: Any, pending: list) -> dict | None:
+    def _refer(self, value: Any, pending: list, lending: Lending | None) -> dict | None:
         from minidist.autograd import Tensor
         from minidist.data import Dataset
 
@@ -113,33 +127,79 @@ class Session:
             return {"$dataset": self._encode(fields, pending)}
         if isinstance(value, type) and value.__module__.startswith("minidist."):
             return {"$class": f"{value.__module__}:{value.__qualname__}"}
+        if lending is not None and lendable(value):
+            return lending.lend(value)
         return None
 
-    def _encode(self, value: Any, pending: list) -> Any:
-        return wire.encode(value, lambda v: self._refer(v, pending))
+    def _encode(self, value: Any, pending: list, lending: Lending | None = None,
+                arrays: list | None = None) -> Any:
+        """``value`` as data; arrays it holds are appended to ``arrays`` (in the order the
+        kernel reads them), communicators and requests lent through ``lending``."""
+        record = None if arrays is None else (lambda array: arrays.append(array))
+        return wire.encode(value, lambda v: self._refer(v, pending, lending), on_array=record)
 
-    def _resolve(self, kind: str, payload: Any) -> Any:
+    def _resolve(self, kind: str, payload: Any, arrays: list) -> Any:
         if kind == "$tensor" and payload in self.mirrors.tensors:
             return self.mirrors.tensors[payload]
         if kind == "$ref" and isinstance(payload, list) and payload[:1] == ["handle"]:
             return Remote(self, tuple(payload))
+        if kind == "$view":
+            return wire.rebuilt_view(payload, arrays)
         raise wire.WireError(f"the kernel sent an unknown {kind} {payload!r:.40}")
 
-    def _decode(self, data: Any) -> Any:
-        return wire.decode(data, self._resolve, self.ALLOW)
+    def _decode(self, data: Any, arrays: list = ()) -> Any:
+        return wire.decode(data, lambda kind, payload: self._resolve(kind, payload, arrays),
+                           self.ALLOW)
 
     def request(self, op: str, path: tuple, probe: Callable[..., Any] | None,
                 args: tuple, kwargs: dict) -> Any:
-        """Send one call to the kernel; sync the mirrored tensors; return its result."""
+        """Send one call to the kernel; answer its calls back; sync the mirrored tensors
+        and the arrays it changed; return its result."""
         pending: list = []
-        message = {"op": op, "path": list(path), "args": self._encode(tuple(args), pending),
-                   "kwargs": self._encode(dict(kwargs), pending), "blocked": active_blocks()}
+        arrays: list = []
+        lending = Lending(self.numbers)
+        message = {"op": op, "path": list(path),
+                   "args": self._encode(tuple(args), pending, lending, arrays),
+                   "kwargs": self._encode(dict(kwargs), pending, lending, arrays),
+                   "blocked": active_blocks()}
         if probe is not None:
             message["probe"] = f"{probe.__module__}:{probe.__qualname__}"
         message["tensors"] = pending + self.mirrors.changed()
+        task = message["task"] = next(self.numbers) if lending.objects else None
         reply = wire.loads(self.channel(json.dumps(message)))
+        lent = lambda data: wire.decode(data, lending.resolve,  # noqa: E731
+                                        frozenset({"$comm", "$request"}))
+        while "call" in reply:  # the student's code asks the grader to communicate
+            resume = lending.answer(reply["call"], task, lent)
+            if "value" in resume:
+                resume["value"] = self._encode(resume["value"], [], lending)
+            resume.update(op="resume", task=task, state=lending.state(),
+                          blocked=active_blocks())
+            reply = wire.loads(self.channel(json.dumps(resume)))
+        if reply.get("queued"):  # done before the code returned: an error is the rank's
+            lending.replay(reply["queued"], lent)
         self.mirrors.apply(reply.get("tensors", []), self._decode, None)
+        write_back(reply.get("arrays", []), arrays, self._decode)
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], list) else ["Exception", ""]
-            raise _rebuilt_exception(*(error + ["", ""])[:2])
-        return self._decode(reply.get("value"))
+            name, message_text = (error + ["", ""])[:2]
+            raised = lending.raised
+            if raised is not None and [name, message_text] == [type(raised).__name__,
+                                                               str(raised)[:2000]]:
+                raise raised  # the grader's own error (a deadlock, a bad peer), passed through
+            raise _rebuilt_exception(name, message_text)
+        return self._decode(reply.get("value"), arrays)
+
+
+def write_back(changed: Any, arrays: list, decode: Callable[[Any], Any]) -> None:
+    """Copy into this side's arrays of a request what the student's code changed in place."""
+    if not isinstance(changed, list):
+        raise wire.WireError("changed arrays must be a list")
+    for item in changed:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                and 0 <= item[0] < len(arrays)):
+            raise wire.WireError("a changed array must name an array of the request")
+        data = decode(item[1])
+        if not (isinstance(data, np.ndarray) and data.shape == arrays[item[0]].shape):
+            raise wire.WireError("a changed array must keep its shape")
+        np.copyto(arrays[item[0]], data, casting="unsafe")

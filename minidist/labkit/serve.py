@@ -6,7 +6,9 @@ object in the notebook's namespace, calls it (or runs a ``labkit`` probe on
 it) with the decoded arguments, under the same ``blocked`` targets as the
 check, and publishes the reply as display data of type ``REPLY_MIME``: the
 result as data (``wire.py``), objects that are not data as handles kept here,
-the tensors that changed, or the exception's name and message.
+the tensors and argument arrays that changed, or the exception's name and
+message. A call that was lent a communicator runs as a task that may reply
+with a call back instead, and is resumed by the next request (``relay.py``).
 
 Nothing here is trusted: it runs beside the student's code, which may
 replace it. That changes what the kernel replies, which the grader reads as
@@ -18,11 +20,14 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from minidist.labkit import wire
+from greenlet import greenlet
+
+from minidist.labkit import relay, wire
 from minidist.labkit.blocking import blocked
-from minidist.labkit.mirror import Mirrors, build_context
+from minidist.labkit.mirror import Mirrors, build_context, digest
 
 REPLY_MIME = "application/x-minidist-reply"
 ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset"})
@@ -30,8 +35,8 @@ _state: dict[str, Any] = {}
 
 
 def reset() -> None:
-    """Forget the mirrored tensors and kept results (a new check cell begins)."""
-    _state.update(mirrors=Mirrors(first_id=-1, step=-1), handles={})
+    """Forget the mirrored tensors, kept results and paused calls (a new check cell begins)."""
+    _state.update(mirrors=Mirrors(first_id=-1, step=-1), handles={}, calls={})
 
 
 def _namespace() -> dict:
@@ -93,8 +98,76 @@ def _refer(value: Any, pending: list) -> dict:
     return {"$ref": ["handle", len(handles) - 1]}
 
 
-def _encode(value: Any, pending: list) -> Any:
-    return wire.encode(value, lambda v: _refer(v, pending))
+def _encode(value: Any, pending: list,
+            on_array: Callable[[Any], dict | None] | None = None) -> Any:
+    return wire.encode(value, lambda v: _refer(v, pending), on_array=on_array)
+
+
+class Call:
+    """One request of the grader's being answered: the student's object, the decoded
+    arguments (their arrays numbered as the grader numbered them, ``wire.py``) and, when
+    the grader lent a communicator (``relay.py``), the task it runs in: a greenlet that
+    pauses at each call back to the grader and is resumed with the answer."""
+
+    def __init__(self, request: dict) -> None:
+        self.pending: list = []
+        self.arrays: list = []
+        task = request.get("task")
+        self.link = relay.Link(task, self._back) if isinstance(task, int) else None
+        self.greenlet: Any = None
+        _state["mirrors"].apply(request.get("tensors", []), _decode,
+                                lambda f: build_context(f, _decode))
+        target = _follow(request.get("path"))
+        args, kwargs = self._decode(request.get("args")), self._decode(request.get("kwargs"))
+        self.digests = [digest(array) for array in self.arrays]
+        probe = _import(request.get("probe")) if request.get("op") == "probe" else None
+        self.run = ((lambda: probe(target, *args, **kwargs)) if probe is not None
+                    else (lambda: target(*args, **kwargs)))
+
+    def _decode(self, data: Any) -> Any:
+        def resolve(kind: str, payload: Any) -> Any:
+            if kind in ("$comm", "$request") and self.link is not None:
+                return self.link.resolve(kind, payload)
+            return _resolve(kind, payload)
+
+        allow = ALLOW if self.link is None else ALLOW | {"$comm", "$request"}
+        return wire.decode(data, resolve, allow, arrays=self.arrays)
+
+    def _back(self, call: dict) -> dict:
+        """From the task: hand ``call`` to the grader; the answer, once it comes."""
+        if greenlet.getcurrent() is not self.greenlet:
+            raise RuntimeError("this communicator belonged to a call that has ended")
+        return self.greenlet.parent.switch(("call", call))
+
+    def step(self, request: dict) -> dict:
+        """Run the call (or resume its task with the answer in ``request``) until it
+        returns, raises, or calls back; the reply."""
+        with blocked(*[str(t) for t in request.get("blocked", [])]):
+            try:
+                if self.link is None:
+                    event = ("done", self.run())
+                else:
+                    with self.link.clock():
+                        if self.greenlet is None:
+                            self.greenlet = greenlet(lambda: ("done", self.run()))
+                            event = self.greenlet.switch()
+                        else:
+                            event = self.greenlet.switch(request)
+                kind, value = event
+                if kind == "call":
+                    _state["calls"][self.link.task] = self
+                    return {"call": value}
+                reply = {"value": _encode(value, self.pending,
+                                          lambda array: wire.view_of(array, self.arrays))}
+            except BaseException as error:  # noqa: BLE001 (an interrupt too: the grader stopped it)
+                reply = {"error": [type(error).__name__, str(error)[:2000]]}
+        if self.link is not None:  # what the code queued before it returned or raised
+            reply["queued"] = self.link.take_queue()
+        reply["tensors"] = self.pending + _state["mirrors"].changed()
+        reply["arrays"] = [[k, wire.encode(array, lambda _: None)]
+                           for k, array in enumerate(self.arrays)
+                           if digest(array) != self.digests[k]]
+        return reply
 
 
 def answer(text: str, namespace: dict | None = None) -> str:
@@ -103,27 +176,19 @@ def answer(text: str, namespace: dict | None = None) -> str:
     if "mirrors" not in _state:
         reset()
     _state["namespace"] = _namespace() if namespace is None else namespace
-    pending: list = []
     try:
         request = wire.loads(text)
         if request.get("op") == "reset":
             reset()
             return json.dumps({"value": None})
-        mirrors = _state["mirrors"]
-        mirrors.apply(request.get("tensors", []), _decode, lambda f: build_context(f, _decode))
-        target = _follow(request.get("path"))
-        args, kwargs = _decode(request.get("args")), _decode(request.get("kwargs"))
-        with blocked(*[str(t) for t in request.get("blocked", [])]):
-            if request.get("op") == "probe":
-                result = _import(request.get("probe"))(target, *args, **kwargs)
-            else:
-                result = target(*args, **kwargs)
-        reply = {"value": _encode(result, pending)}
-    except BaseException as error:  # noqa: BLE001 (an interrupt too: the grader stopped a call)
-        reply = {"error": [type(error).__name__, str(error)[:2000]]}
-    try:
-        reply["tensors"] = pending + _state["mirrors"].changed()
-    except Exception as error:  # a tensor the student's code made unreadable
+        if request.get("op") == "resume":
+            call = _state["calls"].pop(request.get("task"), None)
+            if call is None:
+                raise wire.WireError("no call of that task is waiting for an answer")
+        else:
+            call = Call(request)
+        reply = call.step(request)
+    except BaseException as error:  # noqa: BLE001 (a request or a tensor that cannot be read)
         reply = {"error": [type(error).__name__, str(error)[:2000]]}
     return json.dumps(reply)
 

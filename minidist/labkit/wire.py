@@ -12,11 +12,22 @@ object whose key starts with ``$``::
     {"$tensor": id}    a tensor mirrored on both sides     (remote.py, mirror.py)
     {"$ref": [...]}    an object that stays in the kernel: a name path or a handle
     {"$class": "minidist.autograd.ops.Mul"}   a library class (grader to kernel only)
+    {"$view": [k, same, offset, shape, strides, dtype]}   the k-th array of the request, or
+                       a view of it (kernel to grader only: ``view_of``)
+    {"$comm": [n, rank, size, modelled]}  {"$request": n}   a communicator or request the
+                       grader lends to the student's code (``relay.py``)
 
 Reading never runs code: JSON, then ``np.load`` without pickle, then only the
 markers above, each to a plain value; a marker the reader does not accept
 (``allow``) is an error, as are oversized messages and nesting deeper than
 ``MAX_DEPTH``. Pickle is never used, in either direction.
+
+Arrays keep their identity across a call: both ends number the arrays of a
+request in the order they are written (``on_array``), the reply sends back
+those the student's code changed in place, and a result that is one of
+them, or a view of one, comes back as ``$view`` (:func:`view_of`), so that
+``result is x``, ``np.shares_memory`` and in-place updates mean in the
+grader what they meant in the kernel.
 """
 
 from __future__ import annotations
@@ -55,9 +66,11 @@ def _from_npy(text: Any) -> np.ndarray:
     return np.array(array)  # writable, owning its memory, a 0-d array an ordinary one
 
 
-def encode(value: Any, refer: Callable[[Any], dict | None], depth: int = 0) -> Any:
+def encode(value: Any, refer: Callable[[Any], dict | None], depth: int = 0,
+           on_array: Callable[[np.ndarray], dict | None] | None = None) -> Any:
     """``value`` as JSON-ready data; ``refer(obj)`` answers for tensors and other objects
-    (a ``$tensor`` or ``$ref`` marker), or None when ``obj`` cannot be sent."""
+    (a ``$tensor`` or ``$ref`` marker), or None when ``obj`` cannot be sent;
+    ``on_array(array)`` sees every array in order and may answer a marker instead."""
     if depth > MAX_DEPTH:
         raise WireError(f"values nested deeper than {MAX_DEPTH} cannot be sent")
     if value is None or type(value) in (bool, int, float, str):
@@ -66,16 +79,17 @@ def encode(value: Any, refer: Callable[[Any], dict | None], depth: int = 0) -> A
         return (bool if isinstance(value, bool) else int if isinstance(value, int)
                 else float if isinstance(value, float) else str)(value)
     if isinstance(value, np.ndarray):
-        return {"$array": _npy(np.asarray(value))}
+        marker = on_array(value) if on_array is not None else None
+        return marker if marker is not None else {"$array": _npy(np.asarray(value))}
     if isinstance(value, np.generic):
         return {"$scalar": _npy(np.asarray(value))}
     if isinstance(value, np.dtype):
         return {"$dtype": value.str}
     if isinstance(value, (list, tuple)):
-        items = [encode(v, refer, depth + 1) for v in value]
+        items = [encode(v, refer, depth + 1, on_array) for v in value]
         return items if isinstance(value, list) else {"$tuple": items}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"$dict": [[k, encode(v, refer, depth + 1)] for k, v in value.items()]}
+        return {"$dict": [[k, encode(v, refer, depth + 1, on_array)] for k, v in value.items()]}
     if isinstance(value, slice):
         return {"$slice": [encode(getattr(value, a), refer, depth + 1)
                            for a in ("start", "stop", "step")]}
@@ -88,28 +102,32 @@ def encode(value: Any, refer: Callable[[Any], dict | None], depth: int = 0) -> A
 
 
 def decode(data: Any, resolve: Callable[[str, Any], Any], allow: frozenset[str],
-           depth: int = 0) -> Any:
+           depth: int = 0, arrays: list[np.ndarray] | None = None) -> Any:
     """The value ``data`` (from ``json.loads``) stands for; ``resolve(kind, payload)``
-    answers the markers in ``allow`` that are not plain data (``$tensor``, ``$ref``, ...)."""
+    answers the markers in ``allow`` that are not plain data (``$tensor``, ``$ref``, ...);
+    every array read is appended to ``arrays``, in order."""
     if depth > MAX_DEPTH:
         raise WireError(f"a value nested deeper than {MAX_DEPTH} was refused")
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     if isinstance(data, list):
-        return [decode(v, resolve, allow, depth + 1) for v in data]
+        return [decode(v, resolve, allow, depth + 1, arrays) for v in data]
     if not isinstance(data, dict) or len(data) != 1:
         raise WireError("a value must be JSON data or a one-key marker")
     (kind, payload), = data.items()
     if kind == "$array":
-        return _from_npy(payload)
+        array = _from_npy(payload)
+        if arrays is not None:
+            arrays.append(array)
+        return array
     if kind == "$scalar":
         return _from_npy(payload)[()]
     if kind == "$dtype":
         return np.dtype(str(payload))
     if kind == "$tuple" and isinstance(payload, list):
-        return tuple(decode(v, resolve, allow, depth + 1) for v in payload)
+        return tuple(decode(v, resolve, allow, depth + 1, arrays) for v in payload)
     if kind == "$dict" and isinstance(payload, list):
-        return {str(k): decode(v, resolve, allow, depth + 1) for k, v in payload}
+        return {str(k): decode(v, resolve, allow, depth + 1, arrays) for k, v in payload}
     if kind == "$slice" and isinstance(payload, list) and len(payload) == 3:
         return slice(*(decode(v, resolve, allow, depth + 1) for v in payload))
     if kind == "$ellipsis":
@@ -128,3 +146,34 @@ def loads(text: Any) -> dict:
     if not isinstance(message, dict):
         raise WireError("a message must be a JSON object")
     return message
+
+
+def view_of(value: np.ndarray, arrays: list[np.ndarray]) -> dict | None:
+    """The ``$view`` marker of ``value`` if it is one of ``arrays`` (the request's, as
+    read) or a view into one; None otherwise."""
+    for k, array in enumerate(arrays):
+        if value is array:
+            return {"$view": [k, True, 0, list(array.shape), list(array.strides), array.dtype.str]}
+        if value.size and np.may_share_memory(value, array):  # bounds: exact for a block
+            offset = (value.__array_interface__["data"][0]
+                      - array.__array_interface__["data"][0])
+            return {"$view": [k, False, offset, list(value.shape), list(value.strides),
+                              value.dtype.str]}
+    return None
+
+
+def rebuilt_view(payload: Any, arrays: list[np.ndarray]) -> np.ndarray:
+    """The array a ``$view`` marker names: one of ``arrays`` (this side's arrays of the
+    request), or a view into it with the kernel's offset, shape, strides and dtype."""
+    if not (isinstance(payload, list) and len(payload) == 6 and isinstance(payload[0], int)
+            and 0 <= payload[0] < len(arrays)):
+        raise WireError("a $view must name an array of the request")
+    k, same, offset, shape, strides, dtype = payload
+    array = arrays[k]
+    if same:
+        return array
+    try:
+        return np.ndarray(tuple(shape), np.dtype(str(dtype)), buffer=array, offset=int(offset),
+                          strides=tuple(strides))
+    except (TypeError, ValueError) as error:
+        raise WireError(f"a $view outside its array was refused ({error})") from None

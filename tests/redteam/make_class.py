@@ -1,16 +1,17 @@
-"""The red-team class: Lab 1 submissions that try to get marks without the work.
+"""The red-team class: submissions that try to get marks without the work.
 
-    python tests/redteam/make_class.py FOLDER     # write the class and FOLDER/expected.json
+    python tests/redteam/make_class.py FOLDER     # write the class and FOLDER-expected.json
     python -m minidist.course grade FOLDER --cell-timeout 20
 
 Each attack is a function below, registered with ``@attack(base, lost)``:
 it edits a copy of ``base`` (the released notebook, "blank", or the
-released notebook with every answer filled in, "solution"), and ``lost``
-names the tasks it must score zero on ("all", or grade ids); its expected
-score is the lab's points minus those. A function returning text writes a
-file that is not a notebook. Add an attack by writing one more function.
-``tests/test_course_kit.py`` grades the class with every lab's honest
-submissions and asserts each score, and that no process is left (``TOKEN``).
+released notebook with every answer filled in, "solution") of its lab
+(Lab 1 unless ``lab=`` says otherwise), and ``lost`` names the tasks it must
+score zero on ("all", or grade ids); its expected score is the lab's points
+minus those. A function returning text writes a file that is not a notebook.
+Add an attack by writing one more function. ``tests/test_course_kit.py``
+grades the class with every lab's honest submissions and asserts each
+score, and that no process is left (``TOKEN``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAB = "lab01_autograd"
+LABS = ("lab01_autograd", "lab02_messages")  # the labs the class attacks
 TOKEN = "minidist-left-behind-7f3a"
-ATTACKS: dict[str, tuple[str, object, Callable]] = {}
+ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
 
-def attack(base: str, lost: str | list[str] = (), keeps: list[str] = ()) -> Callable:
-    """Register an attack on ``base``; it must score zero on the tasks in ``lost`` ("all":
-    every task but those in ``keeps``) and full marks on the others."""
+def attack(base: str, lost: str | list[str] = (), keeps: list[str] = (),
+           lab: str = LAB) -> Callable:
+    """Register an attack on ``base`` of ``lab``; it must score zero on the tasks in
+    ``lost`` ("all": every task but those in ``keeps``) and full marks on the others."""
     def register(edit: Callable) -> Callable:
-        ATTACKS[edit.__name__] = (base, (lost, list(keeps)), edit)
+        ATTACKS[edit.__name__] = (lab, base, (lost, list(keeps)), edit)
         return edit
     return register
 
@@ -229,6 +232,40 @@ def is_not_a_notebook(nb: Notebook, course: dict) -> str:
     return "{ this is not a notebook"
 
 
+# ---- Lab 2: the ranks' traffic is counted where the student's code cannot reach -------
+
+@attack("blank", "all", lab="lab02_messages")
+def lab02_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its module,
+    does nothing."""
+    nb.prepend("answer_ring_shift", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab02 as l2\n\n@contextmanager\ndef task(name):\n"
+               "    try:\n        yield\n    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for name in dir(l2):\n    if name.startswith(('check', 'expect')):\n"
+               "        setattr(l2, name, nothing)\n"
+               "check_ring_shift = check_broadcast = check_reduce = check_fit_line = nothing\n"
+               "check_ping_pong_traffic = check_ping_pong_on_mpi = nothing\n")
+
+
+@attack("solution", ["lab02_broadcast_binomial"], lab="lab02_messages")
+def lab02_forges_the_counters(nb: Notebook, course: dict) -> None:
+    """A linear "binomial" broadcast (P-1 rounds) that then rewrites its rank's counters,
+    the transport's way of counting rounds, and the check's log of its calls, to look
+    like the text's tree."""
+    nb.set("answer_broadcast_binomial", "import minidist.comm.transport.stats as stats\n"
+           "from minidist.labkit.lab02 import binomial_calls, log2_rounds\n\n"
+           "def broadcast_binomial(arr, c, root=0):\n    out = arr.copy()\n"
+           "    if c.rank == root:\n        for dest in range(c.size):\n"
+           "            if dest != root:\n                c.send(out, dest)\n"
+           "    else:\n        c.recv(out, root)\n"
+           "    stats.LocalStats.rounds = property(lambda s: log2_rounds(c.size))\n"
+           "    c.stats.latencies.now = float(log2_rounds(c.size))\n"
+           "    if hasattr(c, 'calls'):\n"
+           "        c.calls[:] = binomial_calls(c.size, root, c.rank, up=False)\n"
+           "    return out\n")
+
+
 def filled(released: dict, solution: dict) -> dict:
     """The release with every answer cell holding the solution's code."""
     answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
@@ -249,31 +286,43 @@ def points(released: dict) -> dict[str, float]:
             for c in released["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
 
 
-def write_class(folder: Path, released: dict, solution: dict, course: dict) -> dict[str, float]:
-    """Write every attack as ``<name>_lab01_autograd.ipynb``; return name -> expected score."""
-    tasks = points(released)
+def write_class(folder: Path, labs: dict[str, tuple[dict, dict]],
+                course: dict) -> dict[tuple[str, str], float]:
+    """Write every attack as ``<name>_<lab>.ipynb`` (``labs``: lab -> its release and
+    solution notebooks); return (name, lab) -> expected score."""
     expected = {}
-    for name, (base, lost, edit) in ATTACKS.items():
+    for name, (lab, base, lost, edit) in ATTACKS.items():
+        released, solution = labs[lab]
+        tasks = points(released)
         notebook = Notebook(json.loads(json.dumps(released if base != "solution"
                                                   else filled(released, solution))))
         text = edit(notebook, course)
-        path = folder / f"{name}_{LAB}.ipynb"
+        path = folder / f"{name}_{lab}.ipynb"
         path.write_text(text if isinstance(text, str) else json.dumps(notebook.cells))
         zero, keeps = lost
         zero = [t for t in tasks if t not in keeps] if zero == "all" else zero
-        expected[name] = sum(tasks.values()) - sum(tasks[t] for t in zero)
+        expected[(name, lab)] = sum(tasks.values()) - sum(tasks[t] for t in zero)
     return expected
+
+
+def lab_notebooks(root: Path, release: Path) -> dict[str, tuple[dict, dict]]:
+    """Each attacked lab's released notebook (from ``release``) and solution notebook."""
+    found = {}
+    for lab in LABS:
+        released = next((release / lab).glob("*.ipynb"))
+        solution = root / "solutions" / lab / released.name
+        found[lab] = (json.loads(released.read_text()), json.loads(solution.read_text()))
+    return found
 
 
 def main(folder: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     folder.mkdir(parents=True, exist_ok=True)
-    released = json.loads((root / "labs" / LAB / f"{LAB}.ipynb").read_text())
-    solution = json.loads((root / "solutions" / LAB / f"{LAB}.ipynb").read_text())
     course = {"solutions": str(root / "solutions"), "tests": str(root / "tests"),
               "submissions": str(folder.resolve()), "port": 9}
-    expected = write_class(folder, released, solution, course)
-    (folder.parent / f"{folder.name}-expected.json").write_text(json.dumps(expected, indent=1))
+    expected = write_class(folder, lab_notebooks(root, root / "labs"), course)
+    table = {f"{name}_{lab}": score for (name, lab), score in expected.items()}
+    (folder.parent / f"{folder.name}-expected.json").write_text(json.dumps(table, indent=1))
     print(f"{len(expected)} submissions in {folder}; expected scores in "
           f"{folder.parent / (folder.name + '-expected.json')}")
 
