@@ -4,6 +4,7 @@
     mpirun -n 4 python -m mpi4py -m minidist.examples.parallel_3d --dp 2 --tp 2
     mpirun -n 8 python -m mpi4py -m minidist.examples.parallel_3d --dp 2 --pp 2 --tp 2
     python -m minidist.examples.parallel_3d --ranks 4 --dp 2 --pp 2    # in-process ranks
+    mpirun -n 4 python -m mpi4py -m minidist.examples.parallel_3d --dp 2 --pp 2 --device cuda
 
 The model, data and optimiser of ``minidist.examples.tensor_parallel``.
 ``ProcessGrid`` lays the ranks on the grid, rank = (d·pp + p)·tp + t, and
@@ -32,6 +33,11 @@ messages the rank sent, counted by the transport in two phases (forward and
 backward: the tp and pp groups; averaging: the dp group) beside what the
 formulas add up to; and both final losses (the grid's: the mean over the
 replicas) with the largest difference between the two loss curves.
+
+``--device cuda`` (or ``strict``, the CI guard's stand-in) computes every
+rank's slices on the device, its share of each batch copied there once;
+what the groups exchange crosses to the host only to be communicated. The
+ranks under ``mpirun`` may share one GPU.
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from minidist import backend
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, allreduce, gather, world
-from minidist.examples.options import options_checked, run_ranks
+from minidist.examples.options import choose_device, options_checked, run_ranks
 from minidist.examples.tensor_parallel import (
     add_model_args,
     check_model_args,
@@ -77,13 +84,14 @@ def train(grid: ProcessGrid, args: argparse.Namespace, progress: bool = True
     opt = Adam(params, lr=args.lr)
     lo, hi = chunk_bounds(args.batch, args.dp)[d]               # this replica's share
     rng, losses = np.random.default_rng(args.seed + 1), []
+    xp = backend.xp()
     sent = np.zeros(2)  # messages sent in forward+backward, in averaging
     last = p == args.pp - 1
     start = time.perf_counter()
     bar = tqdm(range(args.steps), desc=f"steps, {shape_name(args)}", disable=not progress)
     for _ in bar:
         ids, targets = text.batch(rng, args.batch, args.context)  # the same batch everywhere
-        ids, targets = ids[lo:hi], targets[lo:hi]
+        ids, targets = xp.asarray(ids[lo:hi]), xp.asarray(targets[lo:hi])  # to the device
         opt.zero_grad()
         before = c.stats.messages_sent
         if pipe is None:                        # 3. forward and backward: tp (and pp) groups
@@ -171,7 +179,8 @@ def summary(result: dict[str, Any], args: argparse.Namespace) -> str:
     return (f"{shape_name(args)}: final loss {losses[-1]:.6f} after {args.steps} steps "
             f"({result['seconds']:.1f} s, the mean over {args.dp} replica(s)); one process: "
             f"{single['losses'][-1]:.6f} ({single['seconds']:.1f} s); largest difference "
-            f"over the curve {np.max(np.abs(losses - single['losses'])):.1e} ({args.dtype})")
+            f"over the curve {np.max(np.abs(losses - single['losses'])):.1e} "
+            f"({args.dtype} on {args.device})")
 
 
 def check_args(args: argparse.Namespace, ranks: int) -> None:
@@ -202,6 +211,7 @@ def parse_args(argv: list[str] | None, ranks: int) -> argparse.Namespace:
     parser.add_argument("--ranks", type=int, default=None,
                         help="in-process ranks when not under mpirun (default: dp x pp x tp)")
     args = parser.parse_args(argv)
+    args.device = choose_device(parser, args.device)  # on every rank, before the model
     if args.dp is None:
         given = ranks if args.ranks is None else args.ranks
         args.dp = max(1, given // max(1, args.pp * args.tp))

@@ -5,6 +5,7 @@
     mpirun -n 3 python -m mpi4py -m minidist.examples.pipeline --hidden 256 256 --rematerialise
     python -m minidist.examples.pipeline                  # one process: the whole model
     python -m minidist.examples.pipeline --ranks 2        # two in-process ranks
+    mpirun -n 2 python -m mpi4py -m minidist.examples.pipeline --device cuda  # 2 ranks, 1 GPU
 
 The same model, data and hyper-parameters as ``minidist.examples.mlp``
 (MLP([64, 256, 10]), Adam, batches of 32, 20 epochs; ``--hidden 256 256``
@@ -37,6 +38,10 @@ arithmetic, and the last stage runs more ops (the activation, the loss), so
 the first one idles most of the time, waiting for it.
 ``python -m minidist.bench.pipeline`` measures the bubble on a model big
 enough for the arithmetic to dominate.
+
+``--device cuda`` (or ``strict``, the CI guard's stand-in) puts every
+stage on the device; each batch is copied there once, and activations and
+gradients cross to the host only to be sent to the neighbouring stage.
 """
 
 from __future__ import annotations
@@ -52,7 +57,12 @@ from minidist import backend
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, gather, world
 from minidist.data import DataLoader, load_digits, standardize
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
-from minidist.examples.options import options_checked, run_ranks
+from minidist.examples.options import (
+    add_device_option,
+    choose_device,
+    options_checked,
+    run_ranks,
+)
 from minidist.models.mlp import build_mlp
 from minidist.parallel.pipeline import (
     SCHEDULES,
@@ -69,7 +79,8 @@ def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> d
     Returns, on the last rank, ``dict(losses, accuracy, seconds, traces)``: the
     mean training loss of each epoch, the test accuracy, the wall time of
     training, and every rank's trace of the last mini-batch (``plot_gantt``'s
-    input); the other ranks return ``dict(seconds)``.
+    input); the other ranks return ``dict(seconds)``. Computes on the current device
+    (``md.set_device``).
     """
     train_set, test_set = standardize(*load_digits(test_fraction=0.2, seed=args.seed))
     model = build_mlp((train_set.x.shape[1], *args.hidden, train_set.num_classes),
@@ -80,6 +91,7 @@ def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> d
     opt = make_optimizer(args.optimizer, params, args.lr) if params else None
     loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     first, last = c.rank == 0, pipe.is_last
+    xp = backend.xp()
     if last and progress:
         print(f"{args.schedule} schedule, {c.size} stage(s), {args.micro_batches} "
               f"micro-batches per batch of {args.batch_size}:\n"
@@ -92,6 +104,7 @@ def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> d
     for epoch in bar:
         total, count = 0.0, 0
         for x, y in loader:                     # every rank draws the same batches
+            x, y = xp.asarray(x), xp.asarray(y)  # to the device, once
             if opt is not None:
                 opt.zero_grad()
             loss = pipe.train_step(x if first else None, y if last else None)  # 2. pipeline
@@ -157,7 +170,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ranks", type=int, default=None,
                         help="in-process ranks when not under mpirun (default 1)")
+    add_device_option(parser)
     args = parser.parse_args(argv)
+    args.device = choose_device(parser, args.device)  # on every rank, before the model
     if args.lr is None:
         args.lr = 3e-3 if args.optimizer == "adam" else 0.05
     return args
@@ -182,7 +197,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                f"(K-1)/(M+K-1) = {bubble_formula(ranks, args.micro_batches):.0%}")
     print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs, "
           f"{args.schedule} on {ranks} stage(s), {args.micro_batches} micro-batches "
-          f"({result['seconds']:.1f} s of training); bubble of the last mini-batch per stage "
+          f"({result['seconds']:.1f} s of training on {args.device}); "
+          "bubble of the last mini-batch per stage "
           + ", ".join(f"{b:.0%}" for b in measured) + f" (formula {formula})", flush=True)
     if args.gantt:
         from minidist.viz.gantt import plot_gantt

@@ -4,6 +4,7 @@
     mpirun -n 4 python -m mpi4py -m minidist.examples.tensor_parallel --steps 100
     python -m minidist.examples.tensor_parallel --ranks 2    # two in-process ranks
     python -m minidist.examples.tensor_parallel              # one process: the whole blocks
+    mpirun -n 2 python -m mpi4py -m minidist.examples.tensor_parallel --device cuda  # 1 GPU
 
 The model is the course's transformer (``minidist.models.transformer``:
 token and position embeddings, ``--layers`` pre-norm blocks of causal
@@ -31,6 +32,10 @@ optimisation lets the difference grow (to ~1e-3 after 300 steps). A model
 this small is dominated by Python and messages, so P ranks are slower than
 one here; ``python -m minidist.bench.model_parallel`` times a block wide
 enough for the split to pay.
+
+``--device cuda`` (or ``strict``, the CI guard's stand-in) computes every
+rank's slices on the device; each step's batch is copied there once, and the
+partial sums cross to the host only to be allreduced.
 """
 
 from __future__ import annotations
@@ -42,9 +47,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from minidist import backend
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, world
 from minidist.data.characters import CharacterText
-from minidist.examples.options import options_checked, run_ranks
+from minidist.examples.options import (
+    add_device_option,
+    choose_device,
+    options_checked,
+    run_ranks,
+)
 from minidist.models.transformer import Transformer, sequence_loss
 from minidist.optim import Adam
 
@@ -62,6 +73,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
     parser.add_argument("--seed", type=int, default=0)
+    add_device_option(parser)
 
 
 def check_model_args(args: argparse.Namespace, tp: int) -> None:
@@ -87,17 +99,20 @@ def make_model(args: argparse.Namespace, text: CharacterText, tp_group) -> Trans
 
 def train(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dict[str, Any]:
     """Train with the blocks split over ``c``: ``dict(losses, seconds, messages, bytes)``,
-    the loss of each step (the same on every rank) and what this rank sent per step."""
+    the loss of each step (the same on every rank) and what this rank sent per step.
+    Computes on the current device (``md.set_device``)."""
     text = make_text(args)
     model = make_model(args, text, c)                           # 1. my slice of each block
     opt = Adam(model.parameters(), lr=args.lr)
     rng, losses = np.random.default_rng(args.seed + 1), []
+    xp = backend.xp()
     sent = (c.stats.messages_sent, c.stats.bytes_sent)
     start = time.perf_counter()
     label = f"TP = {c.size}" if c.size > 1 else "one process"
     bar = tqdm(range(args.steps), desc=f"steps, {label}", disable=not progress)
     for _ in bar:
         ids, targets = text.batch(rng, args.batch, args.context)  # 2. the same batch everywhere
+        ids, targets = xp.asarray(ids), xp.asarray(targets)       # to the device, once
         opt.zero_grad()
         loss = sequence_loss(model(ids), targets)    # 3. forward: an allreduce per attention
         loss.backward()                              # 4. and per MLP; backward: one more each
@@ -132,7 +147,7 @@ def summary(result: dict[str, Any], ranks: int, args: argparse.Namespace) -> str
     lines = [f"TP = {ranks}: final loss {losses[-1]:.6f} after {args.steps} steps "
              f"({result['seconds']:.1f} s); one process: {single['losses'][-1]:.6f} "
              f"({single['seconds']:.1f} s); largest difference over the curve "
-             f"{np.max(np.abs(losses - single['losses'])):.1e} ({args.dtype})"]
+             f"{np.max(np.abs(losses - single['losses'])):.1e} ({args.dtype} on {args.device})"]
     if ranks > 1:
         lines.append(f"allreduces per step: {result['messages'] / ring:g} counted "
                      f"({result['messages']:g} messages sent per rank, {ring} per ring "
@@ -150,7 +165,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_model_args(parser)
     parser.add_argument("--ranks", type=int, default=None,
                         help="in-process ranks when not under mpirun (default 1)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.device = choose_device(parser, args.device)  # on every rank, before the model
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
