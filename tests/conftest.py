@@ -46,7 +46,7 @@ STRICT_FILES = {
     "test_checkpoint.py", "test_mlp_example.py", "test_ddp.py", "test_tensor_parallel.py",
     "test_zero.py", "test_moe.py", "test_pipeline.py", "test_parallel_grid.py", "test_memory.py",
     "test_transport_local.py", "test_collectives.py", "test_device_p2p.py", "test_ps_keys.py",
-    "test_glove_device.py", "test_strict_device.py",
+    "test_glove_device.py", "test_strict_device.py", "test_examples_device.py",
 }
 
 
