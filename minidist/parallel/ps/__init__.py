@@ -8,6 +8,8 @@ The machinery:
 - ``rules.py``: the server's update of its shard (SGD, AdaGrad, Adam) and
   staleness-aware SGD with n-softsync;
 - ``server.py``, ``worker.py``: the two sides; ``parameter_server.py``: the roles;
+- ``plans.py``: beneath them, what a request works out once per key set (routing,
+  packing, the values' places), not per call;
 - ``checkpoint.py``: shards saved atomically, runs resumed.
 
 What the lecture does with it:

@@ -35,8 +35,13 @@ A server's loop, per request:
 A worker that ends without STOP (its receive raises: the rank failed or
 finished) is dropped from the clocks with a message naming it, and the
 others go on. That is what the in-process transport can tell; under MPI a
-process that dies ends the whole job (MPICH's default), and the run resumes
-from its last checkpoint.
+process that dies ends the whole job, and the run resumes from its last
+checkpoint. MPICH (the pip wheel, 5.0) offers no way on: hydra's
+``-disable-auto-cleanup`` keeps the other ranks alive but their messages to
+one another stall, its fault-tolerance switch (``MPIR_CVAR_ENABLE_FT=1``)
+fails an assertion at start, and ``mpiexec.gforker``, under which the
+others do keep talking, stops them itself seconds later (README,
+"Parameter servers").
 
 Cost per request, for k keys holding v values of b bytes, on the server:
 a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
