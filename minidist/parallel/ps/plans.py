@@ -19,6 +19,11 @@ things here keep it to once per key set:
 
 Rows of one width (one table, an embedding's rows) move as rows (one index
 per row, ``width`` values each); mixed widths as single values.
+
+- ``FramedShard``: a server's values kept behind 8 free bytes in one buffer,
+  so that a pull of values from the shard's first on (every key of a dense
+  model) is answered where the values lie, the version written into those
+  bytes: the answer's layout (``messages.py``) without copying the rows.
 """
 
 from __future__ import annotations
@@ -106,3 +111,20 @@ class Route:
         for part, part_rows in zip(self.parts, rows, strict=True):
             out[part.at] = part_rows.reshape(-1, self.width)
         return out.reshape(-1)
+
+
+class FramedShard:
+    """A shard's ``values`` copied behind 8 free bytes, in one buffer (``self.values``)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.buffer = np.empty(8 + values.nbytes, np.uint8)
+        self.values = self.buffer[8:].view(values.dtype)
+        self.values[...] = values
+
+    def answer(self, version: int, index: slice | np.ndarray) -> np.ndarray | None:
+        """A pull's answer (``version``, then the values at ``index``) as a view of the
+        buffer, if ``index`` is a run from the first value; else None."""
+        if not isinstance(index, slice) or index.start != 0:
+            return None
+        self.buffer[:8].view(np.int64)[0] = version
+        return self.buffer[:8 + index.stop * self.values.itemsize]

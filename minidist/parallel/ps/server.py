@@ -65,7 +65,7 @@ from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
-from minidist.parallel.ps.plans import LastKeys
+from minidist.parallel.ps.plans import FramedShard, LastKeys
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
 
 
@@ -121,6 +121,10 @@ class Server:
         values and optimiser state)."""
         first, end = self.key_range
         self.shard = shard
+        # the same values, behind 8 free bytes: a read from the shard's first value on is
+        # answered where it lies (plans.py)
+        self.framed = FramedShard(shard.values)
+        shard.values = self.framed.values
         if self.softsync is not None:
             c = max(1, len(self.workers) // self.softsync)
             self.accumulator = SoftSync(end - first, self.shard.values.size, self.dtype, c)
@@ -267,14 +271,16 @@ class Server:
 
     def _answer_read(self, worker: int, keys: np.ndarray) -> None:
         index = self.index_of[worker](keys)
-        count = self.layout.value_count(keys)
-        answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
-        answer[:8].view(np.int64)[0] = self.shard.version
-        rows = answer[8:].view(self.dtype)
-        if isinstance(index, slice):
-            rows[...] = self.shard.values[index]
-        else:
-            np.take(self.shard.values, index, out=rows)
+        answer = self.framed.answer(self.shard.version, index)
+        if answer is None:  # rows from elsewhere: gathered behind the version
+            count = self.layout.value_count(keys)
+            answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
+            answer[:8].view(np.int64)[0] = self.shard.version
+            rows = answer[8:].view(self.dtype)
+            if isinstance(index, slice):
+                rows[...] = self.shard.values[index]
+            else:
+                np.take(self.shard.values, index, out=rows)
         # communication: the version, then the rows read
         self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
 

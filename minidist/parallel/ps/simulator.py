@@ -53,8 +53,9 @@ steps, once, so its time to a target is BSP's minus a constant, and the
 ratio tends to 1 as the target recedes (ASP, unbounded, keeps the fast
 workers' gradients coming). The constant is at most the (W-1)(s+1) extra
 gradients' worth, (W-1)(s+1)/W of BSP's clocks: SSP(3) on 4 workers is at
-0.8x BSP or below only for targets within 15 BSP clocks (bench.ps, target 5). When the slowness moves, BSP still pays the
-slowest worker at every clock, but under SSP a worker slow at one clock
+0.8x BSP or below only for targets within 15 BSP clocks (bench.ps, target
+5). When the slowness moves, BSP still pays the slowest worker at every
+clock, but under SSP a worker slow at one clock
 catches up at the next ones: the delays average out inside the s-clock
 window, and SSP's time stays a fraction of BSP's at every target. Random
 step times sit between the two: BSP pays the maximum of W draws per clock,
