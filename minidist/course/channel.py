@@ -1,13 +1,13 @@
 """The grader's line to a student's kernel: one request in, one reply of data out.
 
 ``KernelChannel`` is the ``channel`` of a ``labkit.remote.Session``. It sends
-a request as one line of code, ``serve("<request>")``
-(``minidist.labkit.serve``), over the kernel's own Jupyter connection, and
-reads the reply from the display data of type ``REPLY_MIME`` that the kernel
-publishes for that request: JSON text, parsed by ``labkit.wire`` as data.
-Whatever else the request printed is copied, as text, to the check's output
-(so a student's ``print`` shows in the feedback; it cannot add an error or a
-score to the graded cell).
+a request over the kernel's own Jupyter connection as a comm message to
+``minidist.labkit.serve`` (which a first cell, ``listen()``, sets up: a comm
+message costs the kernel a fraction of a cell, and a multi-rank check sends
+hundreds), and reads the reply the kernel sends back on that comm: JSON text,
+parsed by ``labkit.wire`` as data. Whatever else the request printed is
+copied, as text, to the check's output (so a student's ``print`` shows in
+the feedback; it cannot add an error or a score to the graded cell).
 
 Every wait has the cell's deadline: past it, the kernel is interrupted and
 ``CellTimeout`` raised (and every later request of the cell raises it at
@@ -29,16 +29,17 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from jupyter_client import BlockingKernelClient
 from jupyter_core.utils import run_sync
 
-from minidist.labkit.serve import REPLY_MIME
+from minidist.labkit.serve import COMM_TARGET
 
 MAX_PRINTED = 100_000  # characters of a request's printed output kept
-REQUEST = "__import__('minidist.labkit.serve', fromlist=['serve']).serve({text!r})"
+LISTEN = "__import__('minidist.labkit.serve', fromlist=['listen']).listen()"
 
 
 class CellTimeout(BaseException):
@@ -61,10 +62,12 @@ class KernelChannel:
         self.client: BlockingKernelClient | None = None
         self.deadline = float("inf")
         self._lock = threading.Lock()
+        self._comm: str | None = None  # the comm the kernel answers on, once opened
 
     def connect(self) -> None:
         if self.client is not None:
             self.client.stop_channels()
+        self._comm = None
         self.client = BlockingKernelClient()
         self.client.load_connection_info(self.executor.km.get_connection_info())
         self.client.start_channels()
@@ -82,24 +85,32 @@ class KernelChannel:
     def _alive(self) -> bool:
         return bool(self._manage(self.executor.km.is_alive))
 
-    def _execute(self, code: str, reply_wanted: bool) -> Any:
-        """Run ``code``; return the reply it published (None if none) once the kernel is idle."""
+    def _execute(self, code: str, reply_wanted: bool = False) -> Any:
+        """Run ``code`` as a cell; its reply (None if none) once the kernel is idle."""
+        return self._send("execute_request", {
+            "code": code, "silent": False, "store_history": False, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": False}, reply_wanted)
+
+    def _send(self, kind: str, content: dict, reply_wanted: bool) -> Any:
+        """Send one message to the kernel; the reply it sent back on the comm (None if
+        none) once it is idle again."""
         left = self.deadline - time.monotonic()
         if left <= 0 or not self._lock.acquire(timeout=-1 if left == float("inf") else left):
             raise CellTimeout
         try:
-            return self._execute_holding_the_lock(code, reply_wanted)
+            return self._send_holding_the_lock(kind, content, reply_wanted)
         finally:
             self._lock.release()
 
-    def _execute_holding_the_lock(self, code: str, reply_wanted: bool) -> Any:
+    def _send_holding_the_lock(self, kind: str, content: dict, reply_wanted: bool) -> Any:
         if self.client is None:
             self.connect()
         iopub = self.client.iopub_channel
         while iopub.msg_ready():  # what the notebook's own cells published
             iopub.get_msg(timeout=0)
-        msg_id = self.client.execute(code, store_history=False, allow_stdin=False,
-                                     stop_on_error=False)
+        message = self.client.session.msg(kind, content)
+        self.client.shell_channel.send(message)
+        msg_id = message["header"]["msg_id"]
         reply, printed, checked = None, 0, time.monotonic()
         while True:
             if time.monotonic() > self.deadline:
@@ -120,8 +131,8 @@ class KernelChannel:
                 text = str(content.get("text", ""))[:MAX_PRINTED - printed]
                 sys.stdout.write(text)
                 printed += len(text)
-            elif kind == "display_data" and reply is None:
-                reply = content.get("data", {}).get(REPLY_MIME)
+            elif kind == "comm_msg" and reply is None:
+                reply = content.get("data", {}).get("reply")
             elif kind == "status" and content.get("execution_state") == "idle":
                 break
         while self.client.shell_channel.msg_ready():
@@ -143,7 +154,13 @@ class KernelChannel:
             pass
 
     def __call__(self, text: str) -> str:
-        reply = self._execute(REQUEST.format(text=text), reply_wanted=True)
+        if self._comm is None:  # the kernel's side of the comm, then the comm
+            self._execute(LISTEN)
+            self._comm = uuid.uuid4().hex
+            self._send("comm_open", {"comm_id": self._comm, "target_name": COMM_TARGET,
+                                     "data": {}}, reply_wanted=False)
+        reply = self._send("comm_msg", {"comm_id": self._comm, "data": {"request": text}},
+                           reply_wanted=True)
         if not isinstance(reply, str):
             raise NoReply("the notebook's kernel gave no answer to the check (did the notebook "
                           "replace minidist.labkit?)")

@@ -1,10 +1,10 @@
 """The kernel's side of a graded check: answer the grader's calls with data.
 
-The grader (``minidist.course.trusted``) sends each call as a line of code,
-``serve("<request>")``, to the student's kernel. ``serve`` finds the named
-object in the notebook's namespace, calls it (or runs a ``labkit`` probe on
-it) with the decoded arguments, under the same ``blocked`` targets as the
-check, and publishes the reply as display data of type ``REPLY_MIME``: the
+The grader (``minidist.course.trusted``) sends each call as a message on a
+Jupyter comm that ``listen()`` opened in the student's kernel. ``answer``
+finds the named object in the notebook's namespace, calls it (or runs a
+``labkit`` probe on it) with the decoded arguments, under the same
+``blocked`` targets as the check, and the reply goes back on the comm: the
 result as data (``wire.py``), objects that are not data as handles kept here,
 the tensors and argument arrays that changed, or the exception's name and
 message. A call that was lent a communicator runs as a task that may reply
@@ -29,7 +29,7 @@ from minidist.labkit import relay, wire
 from minidist.labkit.blocking import blocked
 from minidist.labkit.mirror import Mirrors, build_context, digest
 
-REPLY_MIME = "application/x-minidist-reply"
+COMM_TARGET = "minidist-serve"
 ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset"})
 _state: dict[str, Any] = {}
 
@@ -193,8 +193,12 @@ def answer(text: str, namespace: dict | None = None) -> str:
     return json.dumps(reply)
 
 
-def serve(text: str) -> None:
-    """Answer one request: publish the reply where the grader reads it."""
-    from IPython.display import publish_display_data
+def listen() -> None:
+    """Answer every request that comes on a comm of ``COMM_TARGET``: the grader's line
+    (``minidist.course.channel``) opens one and sends each request as a message on it."""
+    from IPython import get_ipython
 
-    publish_display_data({REPLY_MIME: answer(text)})
+    def opened(comm: Any, message: dict) -> None:
+        comm.on_msg(lambda msg: comm.send({"reply": answer(msg["content"]["data"]["request"])}))
+
+    get_ipython().kernel.comm_manager.register_target(COMM_TARGET, opened)
