@@ -31,8 +31,8 @@ on every run (``server.py``, deterministic order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,9 +50,9 @@ class Kind(IntEnum):
     STOP = 5
 
 
-@dataclass(frozen=True)
-class Header:
-    """A request's header: six int64 on the wire (the timestamp as its float64 bits)."""
+class Header(NamedTuple):
+    """A request's header: six int64 on the wire (the timestamp as its float64 bits); a
+    named tuple, made and read at every request (a quarter of a frozen dataclass's cost)."""
 
     kind: Kind
     clock: int = 0

@@ -244,6 +244,8 @@ class Server:
     def _apply_held(self) -> None:
         """BSP: apply the pushes of every iteration all running workers have finished (all
         of them once no worker runs), in an order that does not depend on their timing."""
+        if not self.held:
+            return
         barrier = min(self.clocks.values(), default=None)
         held, self.held = self.held, []
         ready = []
@@ -259,6 +261,8 @@ class Server:
 
     def _unpark(self) -> None:
         self._apply_held()
+        if not self.parked and not self.at_checkpoint:
+            return
         clocks = list(self.clocks.values())
         for worker, (header, keys) in sorted(self.parked.items()):
             if self.rule.may_serve(header.clock, clocks):

@@ -64,6 +64,7 @@ class Worker:
         self.outstanding_pull: Handle | None = None
         self.outstanding_pushes: list[Handle] = []
         self.begun = 0.0  # when the request being sent began (modelled clock; 0 under MPI)
+        self.modelled = hasattr(c.stats, "clock")
         # the last key set's route: a push after a pull of the same keys reuses it (plans.py)
         self.routes = LastKeys(lambda keys: Route(layout, ranges, keys))
 
@@ -155,7 +156,7 @@ class Worker:
         if self.outstanding_pull is not None:
             self.outstanding_pull.wait()
             self.outstanding_pull = None
-        self.begun = float(getattr(self.c.stats, "clock", 0.0))
+        self.begun = float(self.c.stats.clock) if self.modelled else 0.0
 
     def _request(self, server: int, kind: Kind, keys: int = 0, values: int = 0,
                  version: int = -1, payload: np.ndarray | None = None) -> None:
