@@ -24,22 +24,15 @@
    (``Reduce_local``) and a local copy, saved as ``mpi_reduce_s`` and
    ``copy_s``, and the price of first touching fresh memory
    (``page_fault_s_per_byte``).
-4. the host's memory bus, for the model of ranks that share a host
-   (``comm/cost/network.py``, ``host_curve``): at 64 KiB to 64 MiB (factors
-   of 4), k processes copy a vector at once, k = 1 up to this machine's cores;
-   ``B_1`` is one copy's bandwidth alone, ``B_host`` the most all k copy
-   together (``host_copy_bandwidth``).
+4. the host's memory bus (``host_curve``, ``comm/cost/network.py``): from 64
+   KiB to 64 MiB, k processes copy at once, k = 1 up to the cores; ``B_1`` is
+   one alone, ``B_host`` the most all k copy together.
 
-``python -m minidist.bench.allreduce`` runs the same measurements at each
-size just before timing it (``fit`` on that size): a model fitted in the run's conditions.
-
-Buffers are reused between repetitions, as a training loop or the
-benchmark reuses its arrays, so short ones are measured in cache: that is
-the point of the curve (``cost/network.py`` explains why one β is not enough).
-The result goes where ``comm.load_network_model()`` looks
-(``$MINIDIST_NETWORK`` or ``~/.cache/minidist/network.json``), with the raw
-measurements, so ``LocalCluster`` and ``comm.cost`` price messages as this
-machine does.
+Buffers are reused between repetitions, as a training loop reuses its
+arrays, so short ones are measured in cache (the point of the curve). The
+result goes where ``comm.load_network_model()`` looks (``$MINIDIST_NETWORK``
+or ``~/.cache/minidist/network.json``), with the raw measurements;
+``python -m minidist.bench.allreduce`` runs :func:`fit` at each size it times.
 """
 
 from __future__ import annotations
@@ -298,9 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes, beta, gamma in model.curve:
         print(f"{nbytes:>10} {1e-9 / beta if beta else float('inf'):14.2f} "
               f"{1e-9 / gamma:12.2f}")
-    print(f"host bus ({len(os.sched_getaffinity(0))} cores): bytes, B_1 and B_host GB/s, S")
+    # the bus model's own check: a one-way message (one rank copying) against an exchange
+    # (two at once) is sharing(1); the ping-pong against the exchange measures it
+    print(f"host bus ({len(os.sched_getaffinity(0))} cores): bytes, B_1 and B_host GB/s, S, "
+          "one-way/exchange bytes time modelled and measured")
     for nbytes, alone, together in model.host_curve:
-        print(f"{nbytes:>10} {alone / 1e9:9.2f} {together / 1e9:9.2f} {together / alone:6.2f}")
+        one_way, both = (notes[key][str(nbytes)] - notes["alpha_mpi"] for key in
+                         ("ping_pong_one_way_s", "exchange_s"))
+        print(f"{nbytes:>10} {alone / 1e9:9.2f} {together / 1e9:9.2f} {together / alone:6.2f} "
+              f"{model.sharing(1, nbytes):6.2f} {one_way / both:6.2f}")
     if not args.dry_run:
         print(f"saved to {save_network_model(model, args.out, **notes)}")
     return 0
