@@ -17,6 +17,10 @@ holds the same function object, so the swap reaches that alias too, and so it
 does every caller inside the library. Everything is restored on exit, even
 when the check fails.
 
+What a target names is found once and kept (a dotted path imports modules; a
+check may block the same targets at every step of a multi-rank run), and
+so is the raising code of each function.
+
 Limits: code copied out of the library (``inspect.getsource`` and ``exec``)
 is a new function and is not blocked; that is plagiarism, not a bug to patch.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FunctionType
+from types import CodeType, FunctionType
 from typing import Any
 
 from minidist.util.answers import ANSWER_ID, answers_to, dotted_name
@@ -37,6 +41,8 @@ class BlockedError(NotImplementedError):
 
 
 _active: list[str] = []  # targets blocked now, oldest first: calls into the kernel carry them
+_found: dict[str, list[tuple[str, FunctionType]]] = {}  # target -> its functions
+_raising: dict[tuple[str, str], CodeType] = {}  # (dotted name, function name) -> code
 
 
 def active_blocks() -> list[str]:
@@ -59,8 +65,15 @@ def _resolve(target: str) -> Any:
     raise ImportError(f"cannot import {target!r}")
 
 
-def _raising_code(target: str, like: FunctionType) -> Any:
+def _raising_code(target: str, like: FunctionType) -> CodeType:
     """A code object with no free variables that raises BlockedError naming ``target``."""
+    key = (target, like.__name__)
+    if key not in _raising:
+        _raising[key] = _new_raising_code(target, like)
+    return _raising[key]
+
+
+def _new_raising_code(target: str, like: FunctionType) -> CodeType:
     owner, name = target.split(".")[-2:]
     short = f"{owner}.{name}" if owner[:1].isupper() else name
     message = f"write your own {short}: the library's version is blocked while this is checked"
@@ -82,9 +95,12 @@ def _function_of(obj: Any, target: str) -> FunctionType:
 
 def _functions(target: str) -> list[tuple[str, FunctionType]]:
     """``(name, function)`` for a dotted path, or for each answer to a task id."""
-    if ANSWER_ID.fullmatch(target):  # lab_answer took only functions it can block
-        return [(dotted_name(f), f) for f in answers_to(target)]
-    return [(target, _function_of(_resolve(target), target))]
+    if target not in _found:
+        if ANSWER_ID.fullmatch(target):  # lab_answer took only functions it can block
+            _found[target] = [(dotted_name(f), f) for f in answers_to(target)]
+        else:
+            _found[target] = [(target, _function_of(_resolve(target), target))]
+    return _found[target]
 
 
 @contextmanager

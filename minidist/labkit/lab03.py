@@ -26,6 +26,11 @@ fails at 2; one that calls the library fails at once (it is blocked).
 :func:`check_ring_on_mpi` runs a ring on real MPI processes (after a dry run
 on in-process ranks, so that a broken ring fails in a sentence, not in MPI's
 abort messages) and checks the values and the bytes the MPI transport counted.
+
+When the lab is graded the student's functions live in the kernel and the
+ranks here: a rank's communicator is lent to the student's code
+(``relay.py``), so traffic, reductions, rounds, the modelled time and the
+order of calls are the grader's. The MPI run of Task 6 starts in the kernel.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from minidist.labkit.ranks import (
     rank_inputs,
     run_ranks,
 )
+from minidist.labkit.remote import on_student
 from minidist.util import chunk_bounds
 
 ALGORITHMS = ("naive", "ps", "ring", "tree")
@@ -212,10 +218,12 @@ def said(posted: list[tuple[str, int]]) -> str:
 def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
                       dtype: str = "float64", seed: int = 0,
                       block: tuple[str, ...] = LIBRARY_COLLECTIVES) -> None:
-    """Run ``ring`` on ``world_size`` MPI processes: in place, the values, 2(P-1)N bytes."""
-    __tracebackhide__ = True
-    import minidist as md
+    """Run ``ring`` on ``world_size`` MPI processes: in place, the values, 2(P-1)N bytes.
 
+    The MPI job starts where ``ring`` lives (a probe, ``remote.on_student``): when the
+    lab is graded, in the student's kernel, so its counters are the student's processes'
+    (``grading/README.md``); the dry run on in-process ranks counts on the grader's."""
+    __tracebackhide__ = True
     what = f"ring allreduce on MPI, P = {world_size}, {n} x {dtype}"
     data = rank_inputs(world_size, n, dtype, seed)
     try:  # a dry run first: a ring that raises or hangs fails here, in one sentence
@@ -223,20 +231,30 @@ def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
     except CheckFailed as failure:
         raise CheckFailed(f"your ring_allreduce of Task 3 fails on in-process ranks, so it "
                           f"was not started on MPI: {failure}") from None
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # mpiexec's abort messages, if any
-            runs = md.launch(allreduce_on_rank, world_size=world_size,
-                             args=(ring, data, block), backend="mpi", timeout=60)
-    except RankError as error:
-        raise as_one_sentence(error, what) from None
+    runs = on_student(ring_on_mpi, ring, data, block, what)
     for rank, (in_place, _, _) in enumerate(runs):
         expect(in_place, f"{what}: rank {rank} returned a new array; reduce in place, into x "
                "itself, and return x")
     expect_result(what, [x for _, x, _ in runs], [x for _, x, _ in runs], data, "sum")
-    total = sum(stats.bytes_sent for _, _, stats in runs)
+    total = sum(sent for _, _, sent in runs)
     expected = 2 * (world_size - 1) * data[0].nbytes
     expect(total == expected, f"{what}: {total} bytes sent through the communicator in all, "
            f"a ring sends 2(P-1)N = {expected}")
+
+
+def ring_on_mpi(ring: Callable[..., np.ndarray], data: np.ndarray, block: tuple[str, ...],
+                what: str) -> list[tuple[bool, np.ndarray, int]]:
+    """Probe: ``ring`` on one MPI process per row of ``data``; per rank, whether it
+    returned its own x, x afterwards, and the bytes it sent."""
+    import minidist as md
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # mpiexec's abort messages, if any
+            runs = md.launch(allreduce_on_rank, world_size=len(data), args=(ring, data, block),
+                             backend="mpi", timeout=60)
+    except RankError as error:
+        raise as_one_sentence(error, what) from None
+    return [(in_place, x, stats.bytes_sent) for in_place, x, stats in runs]
 
 
 def allreduce_on_rank(c: Any, fn: Callable[..., np.ndarray], data: np.ndarray,

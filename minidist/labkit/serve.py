@@ -8,7 +8,8 @@ finds the named object in the notebook's namespace, calls it (or runs a
 result as data (``wire.py``), objects that are not data as handles kept here,
 the tensors and argument arrays that changed, or the exception's name and
 message. A call that was lent a communicator runs as a task that may reply
-with a call back instead, and is resumed by the next request (``relay.py``).
+with a call back instead, and is resumed by the next request (``relay.py``,
+``relayed.py``).
 
 Nothing here is trusted: it runs beside the student's code, which may
 replace it. That changes what the kernel replies, which the grader reads as
@@ -25,7 +26,7 @@ from typing import Any
 
 from greenlet import greenlet
 
-from minidist.labkit import relay, wire
+from minidist.labkit import relayed, wire
 from minidist.labkit.blocking import blocked
 from minidist.labkit.mirror import Mirrors, build_context, digest
 
@@ -113,7 +114,7 @@ class Call:
         self.pending: list = []
         self.arrays: list = []
         task = request.get("task")
-        self.link = relay.Link(task, self._back) if isinstance(task, int) else None
+        self.link = relayed.Link(task, self._back) if isinstance(task, int) else None
         self.greenlet: Any = None
         _state["mirrors"].apply(request.get("tensors", []), _decode,
                                 lambda f: build_context(f, _decode))

@@ -1,0 +1,242 @@
+"""The kernel's side of a lent communicator: the student's code holds these objects.
+
+A communicator the grader lends to a call of the student's code
+(``relay.py``) is, in the kernel, a :class:`RelayedCommunicator`: every
+operation is a call back to the grader, which does it on the rank's own
+communicator and answers with data. :class:`Link` is the way back for one
+call (the task ``serve.py`` runs it in) and the rank's counters as the
+grader last reported them. Nothing here is trusted: the student's code may
+change it, which changes only what it asks of the grader.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from minidist.comm import errors
+from minidist.comm.ops import reduce_into
+from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm.transport.stats import LocalStats
+from minidist.labkit import wire
+from minidist.labkit.relay import COUNTERS
+
+
+class Link:
+    """The kernel's end of one call's lending: how its code calls back to the grader
+    (``back``: switch to the serving greenlet, which returns the call to the grader and
+    resumes here with the answer) and the rank's counters as last reported.
+
+    An operation whose result the code does not wait for (a send, an isend or irecv
+    and the wait of a send, combine, compute, a barrier) is queued, not sent: the queue
+    goes with the next call back, or with the reply when the call returns, and the
+    grader does it first, in order. So a round trip is paid only where the code needs
+    an answer (a receive's data), and the grader's rank does the same operations in the
+    same order as if each had been sent at once."""
+
+    def __init__(self, task: int, back: Callable[[dict], dict]) -> None:
+        self.task, self.back = task, back
+        self.stats = LocalStats()
+        self.modelled = False
+        self.queued: list[dict] = []
+        self.proposed = itertools.count(-1, -1)  # numbers of queued requests
+
+    def resolve(self, kind: str, payload: Any) -> Any:
+        """The student's side of a lent object: ``$comm`` or ``$request`` from the grader."""
+        if kind == "$request" and isinstance(payload, int):
+            return RelayedRequest(self, payload, None)
+        if (kind == "$comm" and isinstance(payload, list) and len(payload) == 4
+                and all(isinstance(v, int) for v in payload[:3])):
+            number, rank, size, modelled = payload
+            self.modelled = self.modelled or bool(modelled)
+            return RelayedCommunicator(self, number, rank, size)
+        raise wire.WireError(f"a {kind} value was refused here")
+
+    def queue(self, number: int, method: str, *args: Any, request_buf: Any = False) -> Any:
+        """Queue ``method`` on lent object ``number``; a request (``request_buf`` its
+        receive buffer, or None for a send) gets a number of its own."""
+        op = {"on": number, "method": method,
+              "args": wire.encode(list(args), _marker_of_relayed)}
+        self.queued.append(op)
+        if request_buf is False:
+            return None
+        op["number"] = next(self.proposed)
+        return RelayedRequest(self, op["number"], request_buf)
+
+    def take_queue(self) -> list[dict]:
+        """The queued operations, for the reply that ends the call."""
+        queued, self.queued = self.queued, []
+        return queued
+
+    def flush(self) -> None:
+        """Send the queue now (the code reads the counters or the clock)."""
+        if self.queued:
+            self.call(None, None)
+
+    def call(self, number: int | None, method: str | None, *args: Any) -> Any:
+        """Ask the grader to do the queue, then ``method`` on lent object ``number``;
+        its result."""
+        request = {"task": self.task, "queued": self.take_queue(), "on": number,
+                   "method": method, "args": wire.encode(list(args), _marker_of_relayed)}
+        answer = self.back(request)
+        state = answer.get("state", {})
+        for name in COUNTERS:
+            setattr(self.stats, name, int(state.get(name, 0)))
+        self.stats.seconds.now = float(state.get("clock", 0.0))
+        self.stats.latencies.now = float(state.get("rounds", 0))
+        if "error" in answer:
+            raise rebuilt_error(*(list(answer["error"]) + ["", ""])[:2])
+        return wire.decode(answer.get("value"), self.resolve,
+                           frozenset({"$comm", "$request"}))
+
+    @contextmanager
+    def clock(self) -> Iterator[None]:
+        """While the student's code runs, ``time.perf_counter()`` reads this rank's modelled
+        clock, if the check asked for it (``ranks.run_ranks(modelled_perf_counter=True)``)."""
+        real = time.perf_counter
+
+        def modelled() -> float:
+            self.flush()
+            return self.stats.clock
+
+        if self.modelled:
+            time.perf_counter = modelled
+        try:
+            yield
+        finally:
+            time.perf_counter = real
+
+
+def _marker_of_relayed(value: Any) -> dict | None:
+    return {"$request": value.number} if isinstance(value, RelayedRequest) else None
+
+
+def rebuilt_error(name: Any, message: Any) -> Exception:
+    """The grader's error, raised in the student's code: a builtin or a ``minidist.comm``
+    error of that name, or an exception class of that name."""
+    name = name if isinstance(name, str) and name.isidentifier() else "Exception"
+    known = getattr(builtins, name, None) or getattr(errors, name, None)
+    if isinstance(known, type) and issubclass(known, Exception):
+        try:
+            return known(str(message))
+        except TypeError:  # a class that wants more than a message
+            pass
+    return type(name, (Exception,), {"__module__": "grader"})(str(message))
+
+
+def sent(buf: Any) -> dict:
+    """What the grader needs of a buffer the student sends: its values and layout."""
+    if not isinstance(buf, np.ndarray):
+        return {"type": type(buf).__name__}
+    return {"data": buf, "contiguous": bool(buf.flags.c_contiguous),
+            "writeable": bool(buf.flags.writeable)}
+
+
+def space(buf: Any) -> dict:
+    """What the grader needs of a buffer the student receives into: shape, dtype, layout."""
+    if not isinstance(buf, np.ndarray):
+        return {"type": type(buf).__name__}
+    return {"shape": list(buf.shape), "dtype": buf.dtype.str,
+            "contiguous": bool(buf.flags.c_contiguous), "writeable": bool(buf.flags.writeable)}
+
+
+def fill(buf: np.ndarray, data: Any) -> None:
+    """Copy what the grader received into the student's buffer."""
+    if not (isinstance(data, np.ndarray) and data.shape == buf.shape):
+        raise wire.WireError("the grader's answer does not fit the receive buffer")
+    buf[...] = data
+
+
+class RelayedRequest(Request):
+    """A request made through a :class:`RelayedCommunicator`: the wait of a send is
+    queued; the wait of a receive, and ``test``, ask the grader, and a completed receive
+    lands in the student's buffer."""
+
+    def __init__(self, link: Link, number: int, buf: np.ndarray | None) -> None:
+        self.link, self.number, self.buf = link, number, buf
+
+    def wait(self) -> None:
+        if self.buf is None:
+            self.link.queue(self.number, "wait")
+        else:
+            self.test(method="wait")
+
+    def test(self, method: str = "test") -> bool:
+        done, data = self.link.call(self.number, method)
+        if done and self.buf is not None:
+            fill(self.buf, data)
+        return bool(done)
+
+
+class RelayedCommunicator(Communicator):
+    """Rank ``rank`` of ``size`` as the student's code holds it in the kernel: every
+    operation is done by the grader, on the rank's own communicator (module docstring)."""
+
+    def __init__(self, link: Link, number: int, rank: int, size: int) -> None:
+        self.link, self.number, self.rank, self.size = link, number, rank, size
+
+    @property
+    def stats(self) -> LocalStats:
+        """The rank's counters and clock, as the grader reports them."""
+        self.link.flush()
+        return self.link.stats
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self.link.call(self.number, method, *args)
+
+    def _queue(self, method: str, *args: Any, request_buf: Any = False) -> Any:
+        return self.link.queue(self.number, method, *args, request_buf=request_buf)
+
+    def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
+        self._queue("send", sent(buf), dest, tag)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        return self._queue("isend", sent(buf), dest, tag, request_buf=None)
+
+    def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
+        fill(buf, self._call("recv", space(buf), source, tag))
+        return buf
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        return self._queue("irecv", space(buf), source, tag, request_buf=buf)
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                 sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
+        into = "same" if recvbuf is sendbuf else space(recvbuf)
+        fill(recvbuf, self._call("sendrecv", sent(sendbuf), dest, into, source, sendtag,
+                                 recvtag))
+        return recvbuf
+
+    def wait_any(self, requests: Any) -> int:
+        requests = list(requests)
+        index, data = self._call("wait_any", requests)
+        if requests[index].buf is not None and data is not None:
+            fill(requests[index].buf, data)
+        return index
+
+    def barrier(self) -> None:
+        self._queue("barrier")
+
+    def split(self, color: int, key: int = 0) -> Communicator:
+        return self._call("split", color, key)
+
+    def dup(self) -> Communicator:
+        return self._call("dup")
+
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
+                incoming_first: bool = False) -> None:
+        """Reduced here, on the student's arrays; the grader charges and counts the bytes."""
+        reduce_into(op, acc, incoming, incoming_first)
+        self._queue("combine", op, space(acc), space(incoming), incoming_first)
+
+    def compute(self, seconds: float) -> None:
+        self._queue("compute", seconds)
+
+    def price_as_part_of(self, nbytes: int | None) -> None:
+        self._queue("price_as_part_of", nbytes)
