@@ -31,11 +31,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
                                 cpu_s=300, trusted_checks=True),
     # Labs 2 and 3: in-process runs take well under a second each; one check cell and the
     # explore cell each start an MPI job (~1 s, more on a loaded machine). Lab 2's ranks run
-    # in the grader, the student's functions in the kernel (labkit/relay.py).
+    # in the grader, the student's functions in the kernel (labkit/relay.py); Lab 3's too.
     "lab02_messages": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
                                 cpu_s=300, trusted_checks=True),
     "lab03_allreduce": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
-                                 cpu_s=300),
+                                 cpu_s=300, trusted_checks=True),
     # Lab 4: every check trains tiny models on in-process ranks (~1 s); the explore cells
     # train on the digits (~1 s) and start one 2-process MPI job (~1 s, more when loaded).
     "lab04_data_parallel": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAB = "lab01_autograd"
-LABS = ("lab01_autograd", "lab02_messages")  # the labs the class attacks
+LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce")  # the labs the class attacks
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -264,6 +264,27 @@ def lab02_forges_the_counters(nb: Notebook, course: dict) -> None:
            "    if hasattr(c, 'calls'):\n"
            "        c.calls[:] = binomial_calls(c.size, root, c.rank, up=False)\n"
            "    return out\n")
+
+
+# ---- Lab 3 -------------------------------------------------------------------------------
+
+@attack("solution", ["lab03_ring"], lab="lab03_allreduce")  # Task 6: NOT guaranteed (README)
+def lab03_forges_the_counters(nb: Notebook, course: dict) -> None:
+    """A "ring" that passes whole vectors round (the right values, P-1 times the bytes),
+    then writes the ring's bytes and messages into its counters and the text's calls
+    into the check's log. The in-process check counts on the grader's fabric; the MPI
+    run of Task 6 counts in the student's own processes, which it forges."""
+    nb.set("answer_ring", "def ring_allreduce(x, c, op='sum'):\n"
+           "    p, passing = c.size, x.copy()\n    incoming = np.empty_like(x)\n"
+           "    for _ in range(p - 1):\n"
+           "        c.sendrecv(passing, (c.rank + 1) % p, incoming, (c.rank - 1) % p)\n"
+           "        c.combine(op, x, incoming)\n        passing[...] = incoming\n"
+           "    total = 2 * (p - 1) * x.nbytes\n"
+           "    c.stats.bytes_sent = total // p + (total % p if c.rank == 0 else 0)\n"
+           "    c.stats.messages_sent = 2 * (p - 1)\n"
+           "    if hasattr(c, 'calls'):\n"
+           "        c.calls[:] = [('send', (c.rank + 1) % p), ('recv', (c.rank - 1) % p)] "
+           "* 2 * (p - 1)\n    return x\n")
 
 
 def filled(released: dict, solution: dict) -> dict:
