@@ -103,12 +103,12 @@ def test_the_benchmark_prices_with_the_median_of_its_rounds() -> None:
     from minidist.bench.pricing import median_fit
     from minidist.comm.cost.mpich import LocalPrices
 
-    fits = [(NetworkModel(a, b, g, curve=((1024, b, g),), host_curve=((1024, 1e10, s),)),
+    fits = [(NetworkModel(a, b, g, curve=((1024, b, g),)),
              LocalPrices(((1024, r),), ((1024, c),), 0.0))
-            for a, b, g, s, r, c in ((1e-6, 1e-10, 3e-11, 2e10, 1e-10, 5e-11),
-                                     (9e-6, 5e-10, 1e-11, 1e10, 3e-10, 1e-11),
-                                     (2e-6, 2e-10, 2e-11, 3e10, 2e-10, 2e-11))]
-    net, local = median_fit(fits)
+            for a, b, g, r, c in ((1e-6, 1e-10, 3e-11, 1e-10, 5e-11),
+                                  (9e-6, 5e-10, 1e-11, 3e-10, 1e-11),
+                                  (2e-6, 2e-10, 2e-11, 2e-10, 2e-11))]
+    net, local = median_fit(fits, ((1024, 1e10, 2e10),))
     assert (net.alpha, net.beta, net.gamma) == (2e-6, 2e-10, 2e-11)
     assert net.curve == ((1024, 2e-10, 2e-11),) and net.host_curve == ((1024, 1e10, 2e10),)
     assert local == LocalPrices(((1024, 2e-10),), ((1024, 2e-11),), 0.0)

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.bench.pricing import RAW_MPI, describe_fit, fitted_here, median_fit, predicted_time
+from minidist.bench import pricing
+from minidist.bench.pricing import RAW_MPI, predicted_time
 from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
 from minidist.comm.cost.mpich import LocalPrices, load_local_prices
 from minidist.comm.cost.network import NetworkModel, load_network_model
@@ -131,15 +132,16 @@ def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtyp
               f"{'bus/meas':>9}")
     for nbytes in sizes:
         fits, times = [], {algorithm: [] for algorithm in algorithms}
+        bus = pricing.bus_here(c, nbytes) if saved is None else ()
         for round_ in range(rounds):
             if saved is None:
-                fits.append(fitted_here(c, nbytes, max(5, 25 // rounds)))
+                fits.append(pricing.fitted_here(c, nbytes, max(5, 25 // rounds)))
             for algorithm in algorithms:
                 times[algorithm] += call_times(c, algorithm, nbytes, dtype, per_round,
                                                warmup if round_ == 0 else 1)
-        network, local = median_fit(fits) if saved is None else saved
+        network, local = pricing.median_fit(fits, bus) if saved is None else saved
         if c.rank == 0 and saved is None:
-            print(describe_fit(nbytes, format_size(nbytes), fits), flush=True)
+            print(pricing.describe_fit(nbytes, format_size(nbytes), fits, bus), flush=True)
         links = dataclasses.replace(network, host_curve=())
         for algorithm in algorithms:
             seconds = statistics.median(times[algorithm])

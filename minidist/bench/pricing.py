@@ -2,9 +2,10 @@
 
 ``bench/allreduce.py`` times each size in rounds; before each round's
 timings :func:`fitted_here` fits the model at that size with ``bench.fit``'s
-own measurements, and :func:`median_fit` takes each price's median over the
-rounds, so that the model and the timings see the same minutes of a machine
-whose memory bandwidth moves. :func:`predicted_time` prices what is timed.
+own measurements (the bus once per size, :func:`bus_here`), and
+:func:`median_fit` takes each price's median over the rounds, so that the
+model and the timings see the same minutes of a machine whose memory
+bandwidth moves. :func:`predicted_time` prices what is timed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import statistics
 from collections.abc import Iterable
 
-from minidist.bench.fit import CURVE_FROM, HOST_SIZES, fit
+from minidist.bench.fit import CURVE_FROM, HOST_SIZES, fit, host_curve
 from minidist.comm import cost
 from minidist.comm.cost.mpich import LocalPrices, local_prices, mpich_time
 from minidist.comm.cost.network import NetworkModel
@@ -37,13 +38,21 @@ def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
 
 def fitted_here(c: Communicator, nbytes: int, repeats: int) -> tuple[NetworkModel, LocalPrices]:
     """The model fitted just now at ``nbytes`` (and 8 B, for MPI's latency; below
-    ``CURVE_FROM``, at that size, as the saved fit prices them), the host bus with it from
-    64 KiB up, every figure a median of ``repeats`` calls. Every rank gets it."""
-    fitted = fit(c.mpi_comm, [max(nbytes, CURVE_FROM)],
-                 [nbytes] if nbytes >= HOST_SIZES[0] else [], repeats)
+    ``CURVE_FROM``, at that size, as the saved fit prices them), every figure a median of
+    ``repeats`` calls, without the bus (:func:`bus_here`). Every rank gets it."""
+    fitted = fit(c.mpi_comm, [max(nbytes, CURVE_FROM)], [], repeats)
     if fitted is not None:
         fitted = fitted[0], local_prices(fitted[1])
     return c.mpi_comm.bcast(fitted, root=0)
+
+
+def bus_here(c: Communicator, nbytes: int) -> tuple:
+    """The host bus at ``nbytes`` (from 64 KiB up; else none), measured once before a
+    size's rounds: its copiers are forked processes, and after a fork every page the
+    ranks write faults once more (copy-on-write), which slowed the timings right after
+    it up to 2.5x at 128-512 KiB. Every rank gets it."""
+    return c.mpi_comm.bcast(host_curve(c.mpi_comm, [nbytes] if nbytes >= HOST_SIZES[0] else []),
+                            root=0)
 
 
 def _median(values: Iterable[float]) -> float:
@@ -57,28 +66,31 @@ def _median_points(curves: list[tuple]) -> tuple:
                  for points in zip(*curves, strict=True))
 
 
-def median_fit(fits: list[tuple[NetworkModel, LocalPrices]]) -> tuple[NetworkModel, LocalPrices]:
-    """Every price the median of the rounds' fits (all at the same size)."""
+def median_fit(fits: list[tuple[NetworkModel, LocalPrices]], bus: tuple = (),
+               ) -> tuple[NetworkModel, LocalPrices]:
+    """Every price the median of the rounds' fits (all at the same size); ``bus`` the
+    host curve."""
     nets, prices = [net for net, _ in fits], [local for _, local in fits]
     net = NetworkModel(_median(n.alpha for n in nets), _median(n.beta for n in nets),
                        _median(n.gamma for n in nets), _median_points([n.curve for n in nets]),
-                       _median_points([n.host_curve for n in nets]))
+                       bus)
     return net, LocalPrices(_median_points([p.reduce for p in prices]),
                             _median_points([p.copy for p in prices]),
                             _median(p.page_fault for p in prices))
 
 
-def describe_fit(nbytes: int, label: str, fits: list[tuple[NetworkModel, LocalPrices]]) -> str:
-    """One line: the median fit at ``nbytes`` (``label``) and the range over the rounds."""
+def describe_fit(nbytes: int, label: str, fits: list[tuple[NetworkModel, LocalPrices]],
+                 bus: tuple = ()) -> str:
+    """One line: the median fit at ``nbytes`` (``label``), the range over the rounds, the bus."""
     def rates(per_byte: list[float]) -> str:
         gbps = sorted(1e-9 / b if b else float("inf") for b in per_byte)
         return f"{statistics.median(gbps):.2f} GB/s ({gbps[0]:.2f}-{gbps[-1]:.2f})"
 
     nets = [net for net, _ in fits]
-    bus = [together / alone for net in nets for _, alone, together in net.host_curve]
     return (f"# fit at {label}, {len(fits)} rounds, median (range): alpha "
             f"{_median(n.alpha for n in nets) * 1e6:.1f} us, exchange "
             f"{rates([n.beta_at(nbytes) for n in nets])}, np.add "
-            f"{rates([n.gamma_at(nbytes) for n in nets])}"
-            + (f", bus S = B_host/B_1 {_median(bus):.2f} ({min(bus):.2f}-{max(bus):.2f})"
-               if bus else "") + f"; load average {os.getloadavg()[0]:.1f}")
+            f"{rates([n.gamma_at(nbytes) for n in nets])}" + "".join(
+                f", bus B_1 {alone / 1e9:.1f} GB/s, B_host {together / 1e9:.1f} GB/s, S "
+                f"{together / alone:.2f}" for _, alone, together in bus)
+            + f"; load average {os.getloadavg()[0]:.1f}")
