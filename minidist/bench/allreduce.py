@@ -127,6 +127,9 @@ def run(c: Communicator, sizes: list[int], algorithms: list[str], dtype: np.dtyp
         print(f"# allreduce, P = {p}, {dtype}, median of {per_round * rounds} calls, load "
               f"average {os.getloadavg()[0]:.1f}; model {how}")
         print("# model: every link independent; bus: the ranks share the host's memory bus")
+        if os.environ.get("MPIR_CVAR_ENABLE_HEAVY_YIELD") == "1":
+            print("# MPIR_CVAR_ENABLE_HEAVY_YIELD=1: a waiting rank gives its core away, so beside "
+                  "other work every exchange waits for a core (alpha 200+ us, not 7): unset it")
         print(f"{'size':>10} {'algorithm':>19} {'time us':>10} {'algbw GB/s':>11} "
               f"{'busbw GB/s':>11} {'model us':>10} {'model/meas':>10} {'bus us':>10} "
               f"{'bus/meas':>9}")
