@@ -14,12 +14,9 @@ so nothing graded reads them: on the in-process transport,
 ``time.perf_counter()`` reads the rank's *modelled* clock while the check
 runs, rank 1 pauses (on that clock) before some replies, and the answer must
 return exactly the median of the halved round trips; on real MPI processes
-only the counters and the type of the result are checked.
-
-When the lab is graded the student's functions live in the kernel and the
-ranks here: a rank's communicator is lent to the student's code
-(``relay.py``), so the messages, bytes, rounds, the schedule and the
-modelled clock are the grader's. The MPI run of Task 6 starts in the kernel.
+only the counters and the type of the result are checked. (Graded, the ranks
+run in the grader and lend their communicators to the student's functions,
+``relay.py``; the MPI run starts where the student's code is, a probe.)
 """
 
 from __future__ import annotations
@@ -274,17 +271,13 @@ def check_ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float],
     """Run ``ping_pong`` on two real MPI processes for 8 B and 1 MiB: the MPI transport's
     counters show ``repeats`` messages of that size each way, and rank 0 returns a positive
     float. Returns {nbytes: seconds}, for showing only: a busy machine's times are anything.
-
-    The MPI job starts where ``ping_pong`` lives (a probe, ``remote.on_student``): when the
-    lab is graded, in the student's kernel, so its counters are the student's processes'
-    (``grading/README.md``); the in-process checks of the same task count on the grader's."""
+    The job starts where ``ping_pong`` lives (``remote.on_student``; grading/README.md)."""
     __tracebackhide__ = True
     sizes = (8, 1 << 20)
     results = on_student(ping_pong_on_mpi, ping_pong, sizes, repeats, block)
     for k, nbytes in enumerate(sizes):
         what = f"ping_pong on MPI, {nbytes} bytes, {repeats} repeats"
-        stats = [CommStats(messages_sent=results[rank][k][1], bytes_sent=results[rank][k][2])
-                 for rank in (0, 1)]
+        stats = [CommStats(*results[rank][k][1:]) for rank in (0, 1)]
         for counter, value in (("messages_sent", repeats), ("bytes_sent", repeats * nbytes)):
             expect_counts(what, stats, counter, [value, value],
                           "one message of nbytes each way per round trip, nothing else")
@@ -301,21 +294,20 @@ def ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float], sizes: tuple[i
     import minidist as md
 
     try:
-        results = md.launch(measure_on_rank, world_size=2,
-                            args=(ping_pong, sizes, repeats, block), backend="mpi", timeout=60)
+        return md.launch(measure_on_rank, world_size=2, args=(ping_pong, sizes, repeats, block),
+                         backend="mpi", timeout=60)
     except RankError as error:
         raise as_one_sentence(error, "ping_pong on MPI") from None
-    return [[(seconds, stats.messages_sent, stats.bytes_sent) for seconds, stats in rank]
-            for rank in results]
 
 
 def measure_on_rank(c: Any, ping_pong: Callable[[Any, int, int], float], sizes: tuple[int, ...],
-                    repeats: int, block: tuple[str, ...]) -> list[tuple[float, Any]]:
+                    repeats: int, block: tuple[str, ...]) -> list[tuple[float, int, int]]:
     """On each MPI rank: ``ping_pong`` for every size, with ``block`` blocked; its result
-    and the rank's counters for that size."""
+    and the messages and bytes the rank sent for that size."""
     measured = []
     with blocked(*block):
         for nbytes in sizes:
             c.stats.reset()
-            measured.append((ping_pong(c, nbytes, repeats), c.stats.copy()))
+            seconds = ping_pong(c, nbytes, repeats)
+            measured.append((seconds, c.stats.messages_sent, c.stats.bytes_sent))
     return measured
