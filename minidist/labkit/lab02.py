@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from minidist.comm import CommStats
 from minidist.comm.errors import RankError
 from minidist.comm.ops import UFUNCS
-from minidist.comm.transport.stats import CommStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
 from minidist.labkit.ranks import (

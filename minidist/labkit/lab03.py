@@ -42,10 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import NetworkModel, cost
+from minidist.comm import CommStats, NetworkModel, cost
 from minidist.comm.errors import RankError
 from minidist.comm.ops import UFUNCS
-from minidist.comm.transport.stats import CommStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close
 from minidist.labkit.ranks import (

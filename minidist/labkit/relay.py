@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm import Communicator, Request
 from minidist.labkit import wire
 
 COUNTERS = ("messages_sent", "bytes_sent", "messages_recv", "bytes_recv")

@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import errors
+from minidist.comm import Communicator, LocalStats, Request, errors
 from minidist.comm.ops import reduce_into
-from minidist.comm.transport.communicator import Communicator, Request
-from minidist.comm.transport.stats import LocalStats
 from minidist.labkit import wire
 from minidist.labkit.relay import COUNTERS
 
