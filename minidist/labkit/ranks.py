@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import LocalCluster, NetworkModel
+from minidist.comm import LocalCluster, LocalStats, NetworkModel
 from minidist.comm.errors import CommError, RankError
-from minidist.comm.transport.stats import LocalStats
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect
 
