@@ -129,6 +129,8 @@ class Staged(Request):
             self.copied = True
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (a copy being made): no inner request to ask
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
