@@ -69,10 +69,15 @@ class Communicator(ABC):
         failed or finished: the in-process transport knows); call its ``wait()``
         next, which returns at once for a completed one and raises for that one."""
 
-    @abstractmethod
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
-        """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring)."""
+        """Send to ``dest`` and receive from ``source`` at once (no deadlock in a ring):
+        both posted, then both waited for. Returns ``recvbuf``."""
+        receiving = self.irecv(recvbuf, source, recvtag)
+        sending = self.isend(sendbuf, dest, sendtag)
+        receiving.wait()
+        sending.wait()
+        return recvbuf
 
     @abstractmethod
     def barrier(self) -> None:

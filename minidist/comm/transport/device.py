@@ -90,16 +90,6 @@ def irecv(c: Communicator, buf: Any, source: int, tag: int) -> Request:
     return Staged(c.irecv(host, source, tag), host, buf)
 
 
-def sendrecv(c: Communicator, sendbuf: Any, dest: int, recvbuf: Any, source: int,
-             sendtag: int, recvtag: int) -> Any:
-    """``c.sendrecv`` with a device array on either side (the other may be numpy's)."""
-    receiving = c.irecv(recvbuf, source, recvtag)
-    sending = c.isend(sendbuf, dest, sendtag)
-    receiving.wait()
-    sending.wait()
-    return recvbuf
-
-
 class Staged(Request):
     """A send or receive of a device array, through the host buffer ``host``.
 

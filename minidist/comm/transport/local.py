@@ -101,8 +101,8 @@ class RankState:
     stats: LocalStats = field(default_factory=LocalStats)
     calls: int = 0
     collective_calls: dict = field(default_factory=dict)  # (context, kind) -> count
-    prices: NetworkModel | None = None  # the model the clock uses now: ``network``, or
-    # ``network.at(N)`` inside a collective on N bytes
+    prices: NetworkModel = field(init=False)  # the model the clock uses now: ``network``,
+    # or ``network.at(N)`` inside a collective on N bytes
 
     def __post_init__(self) -> None:
         self.prices = self.network
@@ -131,8 +131,8 @@ class LocalCommunicator(Communicator):
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
         cost = net.message_time(buf.nbytes)
-        start, end = stats.seconds.start_send(cost)
-        start_round, end_round = stats.latencies.start_send(1)
+        start, _ = stats.seconds.start_send(cost)
+        start_round, _ = stats.latencies.start_send(1)
         stats.messages_sent += 1
         stats.bytes_sent += buf.nbytes
         if state.trace:
@@ -141,7 +141,7 @@ class LocalCommunicator(Communicator):
         message = Message(buf, start, cost, start_round, state.world_rank, rendezvous)
         # communication: copied into dest's posted receive, or to wait in its mailbox
         self.fabric.deliver((self.context, self.rank, dest, tag), message, self.members[dest])
-        return SendRequest(self, message, dest, tag, (end, end_round))
+        return SendRequest(self, message, dest, tag)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
@@ -194,14 +194,6 @@ class LocalCommunicator(Communicator):
         data = request.posted.message.data.view()
         data.flags.writeable = False
         return data
-
-    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
-                 sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
-        receiving = self.irecv(recvbuf, source, recvtag)
-        sending = self.isend(sendbuf, dest, sendtag)
-        receiving.wait()
-        sending.wait()
-        return recvbuf
 
     # --- collective ----------------------------------------------------------------
     def barrier(self) -> None:

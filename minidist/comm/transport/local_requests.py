@@ -36,11 +36,10 @@ class PointToPoint(Request):
 class SendRequest(PointToPoint):
     """An isend in flight: complete at once (eager), or once matched (rendezvous)."""
 
-    __slots__ = ("comm", "message", "peer", "tag", "ends", "rank")
+    __slots__ = ("comm", "message", "peer", "tag", "rank")
 
-    def __init__(self, comm: LocalCommunicator, message: Message, dest: int, tag: int,
-                 ends: tuple[float, float]) -> None:
-        self.comm, self.message, self.peer, self.tag, self.ends = comm, message, dest, tag, ends
+    def __init__(self, comm: LocalCommunicator, message: Message, dest: int, tag: int) -> None:
+        self.comm, self.message, self.peer, self.tag = comm, message, dest, tag
         self.rank = comm.rank
 
     @property
@@ -63,9 +62,10 @@ class SendRequest(PointToPoint):
         self._complete()
 
     def _complete(self) -> None:
-        stats = self.comm.state.stats
-        stats.seconds.wait_until(self.ends[0])
-        stats.latencies.wait_until(self.ends[1])
+        """The transfer has left the outgoing link (rule 1): m(n), one round after it began."""
+        message, stats = self.message, self.comm.state.stats
+        stats.seconds.wait_until(message.start + message.cost)
+        stats.latencies.wait_until(message.start_round + 1)
 
 
 class RecvRequest(PointToPoint):

@@ -82,7 +82,8 @@ class MPICommunicator(Communicator):
         # the hot path of every exchange: the checks and counters of
         # _count_send and _count_recv, written out (two calls fewer)
         if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)):
-            return device.sendrecv(self, sendbuf, dest, recvbuf, source, sendtag, recvtag)
+            # a device array: posted apart, each through its host copy
+            return super().sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
         if not (sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
             _check_contiguous(sendbuf, "send")
             _check_contiguous(recvbuf, "recv")
