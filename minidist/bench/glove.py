@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from minidist import backend, glove
+from minidist.examples.options import choose_device
 
 MB = 2**20
 
@@ -243,12 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def check_device(parser: argparse.ArgumentParser, device: str | None) -> None:
     """A clear error now, not in a child, when ``device`` cannot be had (no cupy, no GPU).
     This process stays on the CPU: it only prepares the data and the start."""
-    try:
-        if device:
-            backend.set_device(device)
-    except RuntimeError as exc:
-        parser.error(f"--device {device}: {exc}")
-    finally:
+    if device:
+        choose_device(parser, device)
         backend.set_device("cpu")
 
 

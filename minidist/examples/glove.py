@@ -61,9 +61,9 @@ from minidist.data.cooccur import Cooccurrence, count_cooccurrences
 from minidist.data.corpus import download_text8
 from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
+from minidist.examples.options import add_device_option, choose_device
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
-DEVICES = ("cpu", "cuda", "strict")
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
 TEXT8_QUERIES = ("france", "king", "computer", "three", "walking")
 
@@ -140,19 +140,15 @@ def evaluate(vectors: np.ndarray, words: list[str], analogies: Path | None,
     return result
 
 
-def choose_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Set ``--device`` (a clear error when it cannot be had) and the strategy it allows."""
-    if args.device is None:
-        args.device = backend.get_device()
+def choose_strategy(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Compute on ``--device`` (``options.choose_device``), with a strategy it allows:
+    by default ``records`` on the CPU, ``single`` on a device (the only one there)."""
+    device = choose_device(parser, args.device)
     if args.strategy is None:
-        args.strategy = "records" if args.device == "cpu" else "single"
-    if args.device != "cpu" and args.strategy != "single":
+        args.strategy = "records" if device == "cpu" else "single"
+    if device != "cpu" and args.strategy != "single":
         parser.error(f"--strategy {args.strategy} runs on the CPU only; on --device "
-                     f"{args.device} use --strategy single (mini-batches)")
-    try:
-        backend.set_device(args.device)
-    except RuntimeError as exc:  # no cupy, or no GPU
-        parser.error(f"--device {args.device}: {exc}")
+                     f"{device} use --strategy single (mini-batches)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -170,17 +166,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
                         help="default: records on the CPU, single on a device")
-    parser.add_argument("--device", choices=DEVICES, default=None,
-                        help="where 'single' trains (default: MINIDIST_DEVICE, else cpu; "
-                             "strict: the CI guard, on the CPU)")
     parser.add_argument("--threads", type=int, default=1, help="threads of 'records'")
     parser.add_argument("--ranks", type=int, default=2, help="processes of a parallel strategy")
     parser.add_argument("--save", metavar="VECTORS.txt", help="write w + w~ in GloVe text format")
     parser.add_argument("--eval-analogies", metavar="FILE", help="a Google-format analogy file")
     parser.add_argument("--eval-similarity", metavar="FILE", help="'word1 word2 score' lines")
     parser.add_argument("--no-progress", action="store_true")
+    add_device_option(parser)
     args = parser.parse_args(argv)
-    choose_device(parser, args)
+    choose_strategy(parser, args)
 
     with tempfile.TemporaryDirectory(prefix="minidist-glove-") as folder:
         source, analogies, similarity = prepare_corpus(args.corpus, args.seed, folder)
