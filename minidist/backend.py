@@ -89,6 +89,11 @@ def on_device(array: object) -> bool:
         type(array).__module__.startswith("cupy")
 
 
+def on_gpu(array: object) -> bool:
+    """True for a cupy array: one in a GPU's memory (the strict guard's arrays are not)."""
+    return type(array).__module__.startswith("cupy")
+
+
 def to_numpy(array: object, out: np.ndarray | None = None) -> np.ndarray:
     """A host (numpy) copy or view of any array, for printing, plotting, saving and sending.
 

@@ -222,7 +222,11 @@ class StrictArray:
     __deepcopy__ = __copy__
 
     def __getitem__(self, index: Any) -> Any:
-        return _wrap(self._a[_unwrap(index, "indexing", host_ok=True)])  # cupy moves indices
+        index = _unwrap(index, "indexing", host_ok=True)  # cupy moves indices
+        item = self._a[index]
+        if isinstance(item, np.generic):  # cupy gives a 0-d view, which sees later writes
+            item = self._a[(*(index if isinstance(index, tuple) else (index,)), ...)]
+        return _wrap(item)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         # cupy assigns device arrays and scalars; a host array or a list is refused (gh-2079)

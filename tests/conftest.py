@@ -1,5 +1,5 @@
 """Registers one pytest marker per graded lab task (the grade ids of solutions/*/*.ipynb),
-keeps hypothesis off the wall clock, and sets up the strict-device guard (below).
+keeps hypothesis off the wall clock, and sets up the device tiers (below).
 
 No test may depend on the machine's speed (README, Testing): hypothesis
 would fail an example that runs past its 200 ms deadline, or data that is
@@ -24,7 +24,7 @@ settings.load_profile("any_machine_speed")
 
 
 def pytest_configure(config):
-    if STRICT:
+    if ON_DEVICE:
         for name in ("assert_allclose", "assert_array_equal", "assert_equal",
                      "assert_array_almost_equal", "assert_almost_equal", "assert_array_less"):
             setattr(np.testing, name, _on_host(getattr(np.testing, name)))
@@ -35,18 +35,20 @@ def pytest_configure(config):
                 config.addinivalue_line("markers", f"{meta['grade_id']}: {notebook.stem} task")
 
 
-# ---- the strict-device guard (README, Testing) ---------------------------------------------------
-# `MINIDIST_DEVICE=strict pytest` (make test's last line) runs the device-agnostic tests below with
-# arrays that refuse what cupy refuses (minidist/backend_strict.py): the library must compute
+# ---- the device tiers (README, Testing) ---------------------------------------------------------
+# `MINIDIST_DEVICE=cuda pytest` on a machine with a GPU, and `MINIDIST_DEVICE=strict pytest` (make
+# test's last line, CI's guard) run the device-agnostic tests below on that device; the strict one
+# has arrays that refuse what cupy refuses (minidist/backend_strict.py): the library must compute
 # through minidist.backend and copy to the host only where it says so. A test's own comparison
 # is such a place: numpy.testing's assertions take explicit host copies, as cupy.testing's do.
-STRICT = os.environ.get("MINIDIST_DEVICE", "").strip().lower() == "strict"
-STRICT_FILES = {
+ON_DEVICE = os.environ.get("MINIDIST_DEVICE", "").strip().lower() in ("strict", "cuda")
+DEVICE_FILES = {
     "test_autograd.py", "test_nn.py", "test_optim.py", "test_data.py", "test_sampler.py",
     "test_checkpoint.py", "test_mlp_example.py", "test_ddp.py", "test_tensor_parallel.py",
     "test_zero.py", "test_moe.py", "test_pipeline.py", "test_parallel_grid.py", "test_memory.py",
     "test_transport_local.py", "test_collectives.py", "test_device_p2p.py", "test_ps_keys.py",
-    "test_glove_device.py", "test_strict_device.py", "test_examples_device.py",
+    "test_glove_device.py", "test_glove_gpu.py", "test_strict_device.py",
+    "test_examples_device.py",
 }
 
 
@@ -71,6 +73,6 @@ def _on_host(assertion):
 
 
 def pytest_ignore_collect(collection_path, config):
-    if STRICT and collection_path.suffix == ".py" and collection_path.name not in STRICT_FILES:
+    if ON_DEVICE and collection_path.suffix == ".py" and collection_path.name not in DEVICE_FILES:
         return True
     return None

@@ -1,7 +1,7 @@
 """The parallel examples take ``--device``: on the strict stand-in (everywhere) and on the
 GPU (where one is) they give the CPU's result; ``--device cuda`` with no GPU is a usage
 error naming the problem. Device-agnostic: ``MINIDIST_DEVICE=strict pytest`` runs it too
-(STRICT_FILES). The MLP example's own device tests are in test_mlp_example.py."""
+(DEVICE_FILES). The MLP example's own device tests are in test_mlp_example.py."""
 
 from __future__ import annotations
 

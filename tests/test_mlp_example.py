@@ -1,6 +1,6 @@
 """The MLP example trains the course's model to its promised accuracy on the digits; on a
 device (the strict stand-in everywhere, the GPU where one is) the single-process and
-data-parallel examples give the CPU's result. Device-agnostic (STRICT_FILES)."""
+data-parallel examples give the CPU's result. Device-agnostic (DEVICE_FILES)."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_parameter_gradients_match_finite_differences() -> None:
     for name, param in moe.named_parameters():
         flat, numeric = param.data.reshape(-1), np.zeros(param.size)
         for i in range(param.size):
-            original = flat[i]
+            original = flat[i].copy()  # on a GPU flat[i] is a view
             flat[i] = original + 1e-6
             above = loss()
             flat[i] = original - 1e-6

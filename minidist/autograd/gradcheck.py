@@ -40,7 +40,7 @@ def gradcheck(fn: Callable[..., Tensor], *inputs: Tensor, eps: float = 1e-6,
         analytic = np.zeros(x.shape) if x.grad is None else to_numpy(x.grad)
         flat = x.data.reshape(-1)  # a view: nudging it nudges x
         for k in range(flat.size):
-            original = flat[k]
+            original = flat[k].copy()  # on a GPU flat[k] is a view, not a number
             flat[k] = original + eps
             above = objective()
             flat[k] = original - eps

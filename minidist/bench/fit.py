@@ -203,10 +203,16 @@ def host_curve(mpi_comm, sizes: list[int]) -> tuple:  # noqa: ANN001
     most = len(os.sched_getaffinity(0))
     curve = tuple((n, *host_copy_bandwidth(n, most)) for n in sizes
                   ) if mpi_comm.Get_rank() == 0 else ()
+    quiet_barrier(mpi_comm)
+    return curve
+
+
+def quiet_barrier(mpi_comm) -> None:  # noqa: ANN001
+    """A barrier whose waiting ranks sleep instead of spinning on a core (which the ranks
+    still measuring would otherwise share with them)."""
     waiting = mpi_comm.Ibarrier()
     while not waiting.Test():
         time.sleep(1e-3)
-    return curve
 
 
 def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001

@@ -95,9 +95,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     word, context = (np.fromfile(spec["folder"] + "/init.bin", count=size,
                                  offset=8 * size * k).reshape(shape) for k in (0, 1))
     model = glove.GloVe(word, context, np.ones_like(word), np.ones_like(context))
-    if spec["trainer"] == "records":
-        run = glove.train_records(model, file, spec["epochs"], spec["threads"],
-                                  x_max=spec["x_max"])
+    if spec["trainer"] == "records":  # on a GPU: glove.c's loop as a kernel, the file read once
+        backend.set_device(spec.get("device", "cpu"))
+        run = glove.train_records(model.to(backend.xp()), file, spec["epochs"],
+                                  spec["threads"], x_max=spec["x_max"])  # None: the default
         costs, seconds = run.costs, run.seconds
     else:
         backend.set_device(spec.get("device", "cpu"))
@@ -227,12 +228,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             c1 = figures.get("c1")
             figures["minibatch_rate"] = report(f"minidist batches of {args.batch_size}", 1,
                                                result, n, c1 if 1 in args.threads else None)
-        if args.device:
-            result = run_child({**base, "trainer": "minibatch", "threads": 1,
-                                "device": args.device, "batch_size": args.device_batch_size})
-            figures["device"] = result
-            figures["device_rate"] = report(f"{args.device}, batches of {args.device_batch_size}",
-                                            1, result, n, None)
+        if args.device:  # glove.c's loop runs on a GPU as a kernel; mini-batches anywhere
+            rows = {"minibatch": f"{args.device}, batches of {args.device_batch_size}"}
+            if args.device == "cuda":
+                rows = {"records": "cuda record kernel", **rows}
+            for trainer, name in rows.items():
+                result = run_child({**base, "trainer": trainer, "threads": None,
+                                    "device": args.device, "batch_size": args.device_batch_size})
+                figures[f"device_{trainer}"] = result
+                figures[f"device_{trainer}_rate"] = report(name, 1, result, n, None)
         targets(figures, args.threads, n, data["words"], args.dim)
         if args.device:
             device_target(figures, args.device, args.dim)
@@ -250,7 +254,8 @@ def check_device(parser: argparse.ArgumentParser, device: str | None) -> None:
 
 
 def device_target(figures: dict[str, Any], device: str, dim: int) -> None:
-    """The device's records/s against one CPU core's best, met or missed."""
+    """The device's records/s against one CPU core's best, met or missed. A device row
+    counts only if it trains as the CPU's loop does: its last cost within 5 % of it."""
     cpu = {name: figures[f"{key}_rate"] for key, name in
            (("records1", "the record loop"), ("minibatch", "the mini-batch trainer"))
            if f"{key}_rate" in figures}
@@ -258,14 +263,29 @@ def device_target(figures: dict[str, Any], device: str, dim: int) -> None:
         print("target 4: no one-thread CPU trainer ran (--threads 1, no --no-minibatch)")
         return
     best = max(cpu, key=cpu.__getitem__)
-    ratio = figures["device_rate"] / cpu[best]
+    loop_cost = figures["records1"]["costs"][-1] if "records1" in figures else None
+    trains = {key: abs(figures[key]["costs"][-1] / loop_cost - 1) <= 0.05
+              if loop_cost else True for key in ("device_records", "device_minibatch")
+              if key in figures}
+    for key, ok in trains.items():
+        if not ok:
+            print(f"{key}: its last cost {figures[key]['costs'][-1]:.6f} is not within 5 % of "
+                  f"the CPU loop's {loop_cost:.6f}: not counted (glove/vectorised.py says why "
+                  "large batches of a small vocabulary do not train)")
+    if not any(trains.values()):
+        print(f"target 4: {device} >= 10x one CPU core: no device row trained: "
+              f"{'not a device (the CI guard)' if device == 'strict' else 'missed'}")
+        return
+    fastest = max((key for key, ok in trains.items() if ok),
+                  key=lambda key: figures[f"{key}_rate"])
+    ratio = figures[f"{fastest}_rate"] / cpu[best]
     verdict = "met" if ratio >= 10 else "missed"
     if device == "strict":
         verdict = "not a device: the CI guard's stand-in on the CPU, its speed means nothing"
     elif dim != 100:
         verdict += f" (at d = {dim}; the target is at d = 100)"
-    print(f"target 4: {device} >= 10x one CPU core ({best}, {cpu[best]:.3f} M rec/s): "
-          f"{ratio:.2f}x: {verdict}")
+    print(f"target 4: {device} ({fastest[7:]}) >= 10x one CPU core ({best}, "
+          f"{cpu[best]:.3f} M rec/s): {ratio:.2f}x: {verdict}")
 
 
 def targets(figures: dict[str, Any], threads: list[int], n: int, words: int, dim: int) -> None:

@@ -14,7 +14,7 @@ import os
 import statistics
 from collections.abc import Iterable
 
-from minidist.bench.fit import CURVE_FROM, HOST_SIZES, fit, host_curve
+from minidist.bench.fit import CURVE_FROM, HOST_SIZES, fit, host_curve, quiet_barrier
 from minidist.comm import cost
 from minidist.comm.cost.mpich import LocalPrices, local_prices, mpich_time
 from minidist.comm.cost.network import NetworkModel
@@ -39,8 +39,17 @@ def predicted_time(algorithm: str, p: int, nbytes: int, itemsize: int,
 def fitted_here(c: Communicator, nbytes: int, repeats: int) -> tuple[NetworkModel, LocalPrices]:
     """The model fitted just now at ``nbytes`` (and 8 B, for MPI's latency; below
     ``CURVE_FROM``, at that size, as the saved fit prices them), every figure a median of
-    ``repeats`` calls, without the bus (:func:`bus_here`). Every rank gets it."""
-    fitted = fit(c.mpi_comm, [max(nbytes, CURVE_FROM)], [], repeats)
+    ``repeats`` calls, without the bus (:func:`bus_here`). The model's prices are those of
+    two ranks: with more, ranks 0 and 1 measure while the others wait, asleep. Every rank
+    gets it."""
+    from mpi4py import MPI
+
+    pair = c.mpi_comm.Split(0 if c.rank < 2 else MPI.UNDEFINED, c.rank)
+    fitted = None
+    if pair != MPI.COMM_NULL:
+        fitted = fit(pair, [max(nbytes, CURVE_FROM)], [], repeats)
+        pair.Free()
+    quiet_barrier(c.mpi_comm)
     if fitted is not None:
         fitted = fitted[0], local_prices(fitted[1])
     return c.mpi_comm.bcast(fitted, root=0)

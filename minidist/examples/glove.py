@@ -4,7 +4,7 @@
     python -m minidist.examples.glove --threads 2                    # glove.c's lock-free threads
     python -m minidist.examples.glove --strategy hogwild --ranks 2   # lock-free processes
     python -m minidist.examples.glove --strategy sharded --ranks 2   # dimension split over ranks
-    python -m minidist.examples.glove --device cuda                  # mini-batches on the GPU
+    python -m minidist.examples.glove --device cuda                  # glove.c's loop on a GPU
     python -m minidist.examples.glove --corpus text8 --window 15 --epochs 15 \\
         --save vectors.txt                                           # needs a network once
 
@@ -27,11 +27,12 @@ The pipeline, one module of minidist per step:
    trains on ``--batch-size`` records of every batch of ranks x batch-size,
    and the ranks exchange the gradients of the rows they touched). sharded
    and ddp run their ranks under mpiexec (``md.launch``).
-   ``--device cuda`` trains ``single`` on the GPU (``--device strict``: the CI
-   guard's stand-in, on the CPU): the tables, their AdaGrad sums and the
-   records live there; only the costs (once an epoch) and the trained vectors
-   come back. The other strategies run on the CPU only: with a device they are
-   refused.
+   ``--device cuda`` trains ``records`` (glove.c's loop as a CUDA kernel,
+   ``--threads`` warps) or ``single`` on the GPU (``--device strict``, the CI
+   guard's stand-in on the CPU: ``single``): the tables, their AdaGrad sums and
+   the records live there; only the costs (once an epoch) and the trained
+   vectors come back. The other strategies run on the CPU only: with a device
+   they are refused.
 4. Tests (``minidist.glove.evaluate``): nearest neighbours, analogy
    accuracy by 3CosAdd, Spearman correlation on a similarity file.
 
@@ -64,6 +65,8 @@ from minidist.data.vocab import build_vocab
 from minidist.examples.options import add_device_option, choose_device
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
+# a GPU runs glove.c's loop as a kernel and mini-batches; the strict guard, mini-batches
+DEVICE_STRATEGIES = {"cuda": ("records", "single"), "strict": ("single",)}
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
 TEXT8_QUERIES = ("france", "king", "computer", "three", "walking")
 
@@ -82,7 +85,7 @@ def prepare_corpus(corpus: str | None, seed: int, folder: str | os.PathLike
 def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2,
                   dim: int = 50, x_max: float = 10.0, epochs: int = 10,
                   batch_size: int = 256, seed: int = 0, progress: bool = True,
-                  threads: int = 1) -> tuple[glove.GloVe, list[float], float]:
+                  threads: int | None = None) -> tuple[glove.GloVe, list[float], float]:
     """Train GloVe on ``counts``; returns the model, glove.c's cost per epoch, seconds.
 
     Prints the cost of each epoch; ``progress`` shows a progress bar too.
@@ -141,14 +144,15 @@ def evaluate(vectors: np.ndarray, words: list[str], analogies: Path | None,
 
 
 def choose_strategy(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Compute on ``--device`` (``options.choose_device``), with a strategy it allows:
-    by default ``records`` on the CPU, ``single`` on a device (the only one there)."""
+    """Compute on ``--device`` (``options.choose_device``), with a strategy it allows
+    (``DEVICE_STRATEGIES``, the first by default)."""
     device = choose_device(parser, args.device)
+    allowed = DEVICE_STRATEGIES.get(device, STRATEGIES)
     if args.strategy is None:
-        args.strategy = "records" if device == "cpu" else "single"
-    if device != "cpu" and args.strategy != "single":
+        args.strategy = allowed[0]
+    if args.strategy not in allowed:
         parser.error(f"--strategy {args.strategy} runs on the CPU only; on --device "
-                     f"{device} use --strategy single (mini-batches)")
+                     f"{device} use --strategy {' or '.join(allowed)}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -165,8 +169,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="records per step of the mini-batch strategies")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
-                        help="default: records on the CPU, single on a device")
-    parser.add_argument("--threads", type=int, default=1, help="threads of 'records'")
+                        help="default: records (on the strict device: single)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="workers of 'records': threads (default 1), or on a GPU warps "
+                             "(default: a quarter of the vocabulary)")
     parser.add_argument("--ranks", type=int, default=2, help="processes of a parallel strategy")
     parser.add_argument("--save", metavar="VECTORS.txt", help="write w + w~ in GloVe text format")
     parser.add_argument("--eval-analogies", metavar="FILE", help="a Google-format analogy file")

@@ -28,8 +28,9 @@ because the compiled loop releases the interpreter lock (``compiled``).
 
 Cost per epoch: O(nnz d) arithmetic and 4 random row reads and writes per
 record, nnz / T records per thread; memory: the model and one chunk of
-records per thread (``recordfile``). CPU only (``compiled`` says why): a model
-on a device is refused; ``model.to(numpy)`` is the explicit host copy.
+records per thread (``recordfile``). A model on a GPU runs the same loop as a
+CUDA kernel, every warp a Hogwild worker (``cuda_records``); numba's loop is
+the CPU's (``compiled``), and the strict CI guard's arrays are refused.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minidist import backend
+from minidist.glove import cuda_records
 from minidist.glove.compiled import jit
 from minidist.glove.model import ALPHA, ETA, GRAD_CLIP, X_MAX, GloVe, require_host
 from minidist.glove.recordfile import CHUNK, RECORD, RecordFile, record_chunks
@@ -124,19 +127,23 @@ def train_block(model: GloVe, records: RecordFile | np.ndarray, lo: int, hi: int
 
 
 def train_records(model: GloVe, records: RecordFile | np.ndarray, epochs: int = 1,
-                  threads: int = 1, eta: float = ETA, x_max: float = X_MAX,
+                  threads: int | None = None, eta: float = ETA, x_max: float = X_MAX,
                   alpha: float = ALPHA, clip: float = GRAD_CLIP, chunk: int = CHUNK,
                   compiled: bool = True,
                   on_epoch: Callable[[int, float], None] | None = None) -> RecordRun:
-    """Train ``model`` in place with glove.c's loop, ``threads`` lock-free threads.
+    """Train ``model`` in place with glove.c's loop, ``threads`` lock-free workers.
 
     ``records``: a ``RecordFile`` (streamed, a chunk per thread in memory) or a
     ``RECORD`` array, in the order training takes them. ``compiled=False``
     runs the same loop in the interpreter (slow; for tests). ``on_epoch(epoch,
-    cost)`` is called after each epoch. CPU only: numba compiles it for the host.
+    cost)`` is called after each epoch. The workers are CPU threads (default 1);
+    a model on a GPU trains there, the records copied over once, its workers the
+    warps of a CUDA kernel (default ``cuda_records.default_warps``).
     """
-    require_host("train_records (glove.c's compiled loop)", model)
-    if threads < 1 or epochs < 0 or chunk < 1:
+    gpu = backend.on_gpu(model.word)
+    if not gpu:
+        require_host("train_records (glove.c's compiled loop)", model)
+    if (threads is not None and threads < 1) or epochs < 0 or chunk < 1:
         raise ValueError(f"train_records: need threads >= 1, epochs >= 0 and chunk >= 1, got "
                          f"{threads}, {epochs} and {chunk}")
     if not isinstance(records, RecordFile) and getattr(records, "dtype", None) != RECORD:
@@ -146,12 +153,24 @@ def train_records(model: GloVe, records: RecordFile | np.ndarray, epochs: int = 
         if array.dtype != np.float64 or not array.flags.c_contiguous:
             raise TypeError(f"train_records: model.{name} must be C-contiguous float64")
     loop = sgd_records_compiled if compiled else sgd_records
-    blocks, options = chunk_bounds(len(records), threads), (eta, x_max, alpha, clip)
+    options = (eta, x_max, alpha, clip)
+    if gpu:  # the records to the GPU once; the warps from how often words repeat in them
+        on_host = records.read() if isinstance(records, RecordFile) else records
+        on_gpu = cuda_records.upload(on_host, len(model.word), backend.xp_of(model.word))
+        threads = threads or cuda_records.default_warps(on_host, len(model.word))
+    else:
+        threads = threads or 1
+        blocks = chunk_bounds(len(records), threads)
     run = RecordRun()
     for epoch in range(epochs):
         started = time.perf_counter()
-        results = run_threads(lambda k: train_block(model, records, *blocks[k], options, chunk,
-                                                    loop), threads)
+        if gpu:
+            cost, skipped = cuda_records.epoch(tuple(model.arrays().values()), on_gpu,
+                                               len(records), options, threads)
+            results = [(float(cost), int(skipped))]  # the epoch's one copy to the host
+        else:
+            results = run_threads(lambda k: train_block(model, records, *blocks[k], options,
+                                                        chunk, loop), threads)
         run.seconds.append(time.perf_counter() - started)
         run.costs.append(sum(cost for cost, _ in results) / max(len(records), 1))
         run.skipped += sum(skipped for _, skipped in results)

@@ -1,5 +1,8 @@
 """Device arrays through point-to-point messages: staged through counted host copies.
 
+(Under an MPI library that reads GPU memory itself, GPU arrays go to MPI as they
+are instead: ``direct``, at the end.)
+
 Both transports move host memory (mpi4py's buffer methods, the in-process
 copies). A ``send`` / ``isend`` of a device array (cupy's, or the strict CI
 guard's) therefore copies it into a host buffer first and sends that; a
@@ -24,6 +27,9 @@ The collectives stage once per call instead (``collectives/staging.py``).
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -129,3 +135,57 @@ def _check_device(buf: Any, c: Communicator | None) -> None:
         where = "" if c is None else f"rank {c.rank}: "
         raise ValueError(f"{where}messages need a C-contiguous numpy or device array "
                          f"(use np.ascontiguousarray), got {type(buf).__name__}")
+
+
+# --- CUDA-aware MPI: GPU memory handed to MPI as it is ----------------------------------
+def direct(buf: Any) -> bool:
+    """True when ``buf`` is a GPU array and MPI reads GPU memory itself: the MPI
+    transport then sends and receives it as it is (no staging, nothing counted in
+    ``STAGED``), once the GPU's queue has finished with it."""
+    if not (backend.on_gpu(buf) and mpi_reads_gpu_memory()):
+        return False
+    backend.xp_of(buf).cuda.get_current_stream().synchronize()  # the array's last writes
+    return True
+
+
+@functools.cache
+def mpi_reads_gpu_memory() -> bool:
+    """Whether this process's MPI library says it takes CUDA memory in its calls.
+
+    MPI 4.1's way: ``cuda`` among the memory kinds of ``COMM_WORLD``'s info key
+    ``mpi_memory_alloc_kinds`` (MPICH). Open MPI's: ``MPIX_Query_cuda_support()``
+    returns 1, in the ``libmpi`` mpi4py loaded (MPICH has it too; mpi4py does not
+    wrap it). ``MINIDIST_CUDA_AWARE=0`` says no whatever the library says (to
+    compare the two paths, or around a library that errs).
+    """
+    if os.environ.get("MINIDIST_CUDA_AWARE", "").strip() == "0":
+        return False
+    queries = _loaded_mpi_functions("MPIX_Query_cuda_support")
+    return cuda_among(memory_kinds()) or any(query() == 1 for query in queries)
+
+
+def memory_kinds() -> str:
+    """MPI 4.1's ``mpi_memory_alloc_kinds`` of ``COMM_WORLD`` ("" when the library has none)."""
+    from mpi4py import MPI
+
+    info = MPI.COMM_WORLD.Get_info()
+    kinds = info.Get("mpi_memory_alloc_kinds") or ""
+    info.Free()
+    return kinds
+
+
+def cuda_among(kinds: str) -> bool:
+    """Whether MPI 4.1's memory kinds (``"mpi,system,cuda:device"``) include CUDA's."""
+    return any(kind.strip().split(":")[0] == "cuda" for kind in kinds.split(","))
+
+
+def _loaded_mpi_functions(name: str) -> list[Any]:
+    """The function ``name`` of each MPI library this process has loaded (Linux's map of
+    the process names them; none elsewhere)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libmpi.so" in line}
+    except OSError:
+        return []
+    libraries = (ctypes.CDLL(path, mode=os.RTLD_NOLOAD) for path in sorted(paths))
+    return [getattr(lib, name) for lib in libraries if hasattr(lib, name)]

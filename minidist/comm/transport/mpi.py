@@ -13,7 +13,10 @@ bytes sent and received (``c.stats``, a
 from it), with the same rules as the in-process transport: a receive
 counts its buffer's size. There is no modelled clock: under MPI, time is
 real, measure it. ``MINIDIST_TRACE=1`` prints each message sent. Device
-arrays travel through host copies (``device.py``).
+arrays travel through host copies (``device.py``), or, where the MPI library
+reports that it reads GPU memory itself (CUDA-aware MPI,
+``device.mpi_reads_gpu_memory``), as they are: mpi4py hands MPI the GPU
+pointer, after the GPU's queue has finished writing the array.
 
 ``c.mpi_comm`` is the raw mpi4py communicator, for what MPI does itself
 (``c.mpi_comm.Allreduce``: the "mpi" allreduce algorithm). Nothing here
@@ -45,13 +48,13 @@ class MPICommunicator(Communicator):
         self.world_ranks = _world_ranks(mpi_comm) if self.trace else []
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
-        if not isinstance(buf, np.ndarray):  # a device array: through a host copy
+        if not isinstance(buf, np.ndarray) and not device.direct(buf):  # via a host copy
             return device.isend(self, buf, dest, tag).wait()
         self._count_send(buf, dest, tag)
         self.mpi_comm.Send(buf, dest, tag)
 
     def recv(self, buf: np.ndarray, source: int, tag: int = 0) -> np.ndarray:
-        if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
+        if not isinstance(buf, np.ndarray) and not device.direct(buf):  # via a host buffer
             device.irecv(self, buf, source, tag).wait()
             return buf
         self._count_recv(buf)
@@ -59,13 +62,13 @@ class MPICommunicator(Communicator):
         return buf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
-        if not isinstance(buf, np.ndarray):
+        if not isinstance(buf, np.ndarray) and not device.direct(buf):
             return device.isend(self, buf, dest, tag)
         self._count_send(buf, dest, tag)
         return MPIRequest(self.mpi_comm.Isend(buf, dest, tag))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
-        if not isinstance(buf, np.ndarray):
+        if not isinstance(buf, np.ndarray) and not device.direct(buf):
             return device.irecv(self, buf, source, tag)
         self._count_recv(buf)
         return MPIRequest(self.mpi_comm.Irecv(buf, source, tag))
@@ -82,7 +85,7 @@ class MPICommunicator(Communicator):
         # the hot path of every exchange: the checks and counters of
         # _count_send and _count_recv, written out (two calls fewer)
         if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)):
-            # a device array: posted apart, each through its host copy
+            # a device array: posted apart, each through its host copy or straight
             return super().sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
         if not (sendbuf.flags.c_contiguous and recvbuf.flags.c_contiguous):
             _check_contiguous(sendbuf, "send")
@@ -134,7 +137,7 @@ class MPIRequest(Request):
 
 
 def _check_contiguous(buf: np.ndarray, what: str) -> None:
-    if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
+    if not ((isinstance(buf, np.ndarray) or device.direct(buf)) and buf.flags.c_contiguous):
         raise ValueError(f"{what} needs a C-contiguous numpy array "
                          f"(use np.ascontiguousarray), got {type(buf).__name__}")
 
