@@ -14,11 +14,13 @@
    ``--batch-size``, the records in memory).
 3. The reference binary, when given, runs on the same file from the same
    start (``-load-init-param``) with each of ``--threads``.
-4. With ``--device cuda``, the mini-batch trainer runs once more on the GPU
-   (batches of ``--device-batch-size``: a GPU wants thousands of records a
-   step), from the same start; d defaults to 100 then. ``--device strict``
-   runs the CI guard's stand-in instead: on the CPU, a check that the run
-   works, its speed meaningless.
+4. With ``--device cuda``, glove.c's loop runs on the GPU as a kernel
+   (``glove/cuda_records.py``; its default number of warps, or each of
+   ``--warps``), and the mini-batch trainer too (batches of
+   ``--device-batch-size``: a GPU wants thousands of records a step), from
+   the same start; d defaults to 100 then. ``--device strict`` runs the CI
+   guard's stand-in instead (mini-batches): on the CPU, a check that the
+   run works, its speed meaningless.
 
 Printed per trainer: seconds per epoch (the median), M records per second
 and per thread, the ratio to C at the same number of threads, peak resident
@@ -49,9 +51,8 @@ from typing import Any
 import numpy as np
 
 from minidist import backend, glove
+from minidist.bench.glove_report import MB, device_target, report, targets
 from minidist.examples.options import choose_device
-
-MB = 2**20
 
 
 def peak_mb(pid: int | str = "self") -> float:
@@ -150,19 +151,6 @@ def run_reference(binary: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"costs": costs, "seconds": list(np.diff(stamps)), "peak": peak, "baseline": 0.0}
 
 
-def report(name: str, threads: int, result: dict[str, Any], records: int,
-           reference: dict[str, Any] | None) -> float:
-    """One row of the table; returns M records/s."""
-    seconds = statistics.median(result["seconds"])
-    rate = records / seconds / 1e6
-    ratio = ""
-    if reference is not None:
-        ratio = f"{reference['seconds_median'] / seconds:6.2f}x"
-    added = result["peak"] - result["baseline"]
-    print(f"{name:<22} {threads:>3} {seconds:8.2f} {rate:8.3f} {rate / threads:8.3f} "
-          f"{ratio:>7} {result['peak']:8.0f} {added:8.0f}   "
-          + " ".join(f"{c:.6f}" for c in result["costs"]), flush=True)
-    return rate
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -183,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also train mini-batches there (strict: the CI guard, on the CPU)")
     parser.add_argument("--device-batch-size", type=int, default=4096,
                         help="records per step on the device")
+    parser.add_argument("--warps", type=int, nargs="+",
+                        help="warps of the GPU's record kernel, a row each (default: its own)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -191,6 +181,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.reference_binary and not os.access(args.reference_binary, os.X_OK):
         parser.error(f"--reference-binary {args.reference_binary}: not an executable file")
     check_device(parser, args.device)
+    if args.warps and args.device != "cuda":
+        parser.error("--warps: the record kernel's warps, for --device cuda only")
     if args.dim is None:
         args.dim = 100 if args.device else 50
     x_max = args.x_max if args.x_max is not None else (10.0 if args.corpus is None else 100.0)
@@ -229,14 +221,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             figures["minibatch_rate"] = report(f"minidist batches of {args.batch_size}", 1,
                                                result, n, c1 if 1 in args.threads else None)
         if args.device:  # glove.c's loop runs on a GPU as a kernel; mini-batches anywhere
-            rows = {"minibatch": f"{args.device}, batches of {args.device_batch_size}"}
+            rows = [("minibatch", None, f"{args.device}, batches of {args.device_batch_size}")]
             if args.device == "cuda":
-                rows = {"records": "cuda record kernel", **rows}
-            for trainer, name in rows.items():
-                result = run_child({**base, "trainer": trainer, "threads": None,
+                rows = [("records", warps, f"cuda kernel, {warps or 'default'} warps")
+                        for warps in args.warps or [None]] + rows
+            for trainer, warps, name in rows:
+                result = run_child({**base, "trainer": trainer, "threads": warps,
                                     "device": args.device, "batch_size": args.device_batch_size})
-                figures[f"device_{trainer}"] = result
-                figures[f"device_{trainer}_rate"] = report(name, 1, result, n, None)
+                key = f"device_{name}"
+                figures[key] = result
+                figures[f"{key}_rate"] = report(name, 1, result, n, None)
         targets(figures, args.threads, n, data["words"], args.dim)
         if args.device:
             device_target(figures, args.device, args.dim)
@@ -253,68 +247,8 @@ def check_device(parser: argparse.ArgumentParser, device: str | None) -> None:
         backend.set_device("cpu")
 
 
-def device_target(figures: dict[str, Any], device: str, dim: int) -> None:
-    """The device's records/s against one CPU core's best, met or missed. A device row
-    counts only if it trains as the CPU's loop does: its last cost within 5 % of it."""
-    cpu = {name: figures[f"{key}_rate"] for key, name in
-           (("records1", "the record loop"), ("minibatch", "the mini-batch trainer"))
-           if f"{key}_rate" in figures}
-    if not cpu:
-        print("target 4: no one-thread CPU trainer ran (--threads 1, no --no-minibatch)")
-        return
-    best = max(cpu, key=cpu.__getitem__)
-    loop_cost = figures["records1"]["costs"][-1] if "records1" in figures else None
-    trains = {key: abs(figures[key]["costs"][-1] / loop_cost - 1) <= 0.05
-              if loop_cost else True for key in ("device_records", "device_minibatch")
-              if key in figures}
-    for key, ok in trains.items():
-        if not ok:
-            print(f"{key}: its last cost {figures[key]['costs'][-1]:.6f} is not within 5 % of "
-                  f"the CPU loop's {loop_cost:.6f}: not counted (glove/vectorised.py says why "
-                  "large batches of a small vocabulary do not train)")
-    if not any(trains.values()):
-        print(f"target 4: {device} >= 10x one CPU core: no device row trained: "
-              f"{'not a device (the CI guard)' if device == 'strict' else 'missed'}")
-        return
-    fastest = max((key for key, ok in trains.items() if ok),
-                  key=lambda key: figures[f"{key}_rate"])
-    ratio = figures[f"{fastest}_rate"] / cpu[best]
-    verdict = "met" if ratio >= 10 else "missed"
-    if device == "strict":
-        verdict = "not a device: the CI guard's stand-in on the CPU, its speed means nothing"
-    elif dim != 100:
-        verdict += f" (at d = {dim}; the target is at d = 100)"
-    print(f"target 4: {device} ({fastest[7:]}) >= 10x one CPU core ({best}, "
-          f"{cpu[best]:.3f} M rec/s): {ratio:.2f}x: {verdict}")
 
 
-def targets(figures: dict[str, Any], threads: list[int], n: int, words: int, dim: int) -> None:
-    """The issue's targets, each met or missed, from the figures of this run."""
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "missed"
-
-    print()
-    if "c1_rate" in figures and "records1_rate" in figures:
-        ratio = figures["records1_rate"] / figures["c1_rate"]
-        print(f"target 1: record loop >= 1.0x glove.c on one thread: {ratio:.2f}x: "
-              f"{verdict(ratio >= 1.0)}")
-    if "records1_rate" in figures and "records2_rate" in figures:
-        speedup = figures["records2_rate"] / figures["records1_rate"]
-        extra = ""
-        if "c1_rate" in figures and "c2_rate" in figures:
-            extra = f" (glove.c: {figures['c2_rate'] / figures['c1_rate']:.2f}x)"
-        print(f"target 2: 2 threads >= 1.7x one: {speedup:.2f}x{extra}: "
-              f"{verdict(speedup >= 1.7)}")
-    bound = (2 * 16 * n + 4 * 8 * words * (dim + 1)) / MB
-    added = max(figures[f"records{t}"]["peak"] - figures[f"records{t}"]["baseline"]
-                for t in threads)
-    print(f"target 3: memory added by training <= 2 x records + model = {bound:.0f} MB: "
-          f"{added:.0f} MB: {verdict(added <= bound)}")
-    if "c1" in figures and "records1" in figures:
-        ours, theirs = np.array(figures["records1"]["costs"]), np.array(figures["c1"]["costs"])
-        gap = np.max(np.abs(ours - theirs))
-        print(f"cost per epoch on one thread, same start and records: largest gap to glove.c "
-              f"{gap:.1e}, {'within' if gap <= 5e-7 else 'beyond'} its 6 printed decimals")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     per_record.py  glove.c's own loop: record by record, AdaGrad, lock-free threads (Hogwild)
     recordfile.py  glove.c's record file, streamed a chunk at a time
     compiled.py    what makes the record loop fast (numba), explained once
+    cuda_records.py  the record loop on a GPU: one CUDA kernel, a warp per record
     gradients.py   J / 2 on a batch and its gradients, for the rows it touched   (Task 2)
     training.py    the update of one batch, then one training loop for every strategy
     sharded.py     strategy: every vector's dimensions split over P ranks        (Task 4)
@@ -30,9 +31,10 @@ On a device (``md.set_device("cuda")``; ``"strict"``, the CI guard, on the
 CPU) ``GloVe.create`` and ``Records.from_counts`` make their arrays there and
 ``train`` keeps the tables, their AdaGrad sums and the batches there; the
 costs come back once an epoch, the vectors when asked
-(``backend.to_numpy(model.vectors())``). The record loop, Hogwild, sharded
-and DDP run on the CPU only and refuse device arrays; ``model.to(numpy)`` is
-the explicit host copy.
+(``backend.to_numpy(model.vectors())``). On a GPU the record loop runs too, as
+a CUDA kernel (``cuda_records``). Hogwild, sharded and DDP run on the CPU only
+and refuse device arrays (the record loop refuses the strict guard's);
+``model.to(numpy)`` is the explicit host copy.
 
 (``minidist.models.glove`` and ``minidist.models.glove_eval``, the old paths,
 still import this package and ``evaluate``.)

@@ -26,9 +26,9 @@ cache lives in a folder named by a hash of all their sources (under
 ``compiled.python`` is the function itself, uncompiled: the tests run both.
 numba is imported at the first call, not when ``minidist`` is.
 
-**CPU only.** numba compiles for the host, on host memory: the record loop
-takes numpy tables and refuses a model on a device (``model.require_host``).
-On a GPU the mini-batch trainer (``training``) is the one that runs.
+**CPU only.** numba compiles for the host, on host memory: this is the record
+loop of numpy tables. For tables on a GPU, ``train_records`` runs the same
+loop as a CUDA kernel instead (``cuda_records``).
 """
 
 from __future__ import annotations

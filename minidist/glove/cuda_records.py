@@ -33,8 +33,8 @@ the host. CUDA compiles the kernel at its first use (cupy's ``RawKernel``
 keeps the result on disk).
 
 Cost per epoch: O(nnz d) arithmetic and 4 row reads and writes per record,
-as on the CPU, spread over every warp the GPU holds (``WARPS_PER_SM`` per
-multiprocessor). Float64, as the CPU loop: the numbers are the CPU's.
+as on the CPU, spread over the warps (``default_warps`` says how many).
+Float64, as the CPU loop: the numbers are the CPU's.
 """
 
 from __future__ import annotations

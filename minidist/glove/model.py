@@ -24,8 +24,8 @@ same numbers whatever the device) and put their arrays on the current device
 (``md.set_device``) once; the mini-batch trainer (``training``) then keeps the
 tables, their sums and the batches there. ``to(xp)`` moves a model or records
 explicitly (``to(numpy)``: a host copy, for saving or for the trainers that
-run on the CPU only: glove.c's record loop, Hogwild, sharded and DDP; they
-refuse a model on a device, see ``require_host``).
+run on the CPU only: Hogwild, sharded and DDP, and glove.c's record loop
+except on a GPU; they refuse a model on a device, see ``require_host``).
 """
 
 from __future__ import annotations
