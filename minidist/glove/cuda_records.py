@@ -102,7 +102,7 @@ extern "C" __global__ void glove_records(
 MAX_DIM = 32 * 32      # the kernel's per-lane step arrays hold 32 components each
 THREADS_PER_BLOCK = 256
 WARPS_PER_SM = 64      # the most a multiprocessor keeps resident (2048 threads)
-SHARED_IN_FLIGHT = 0.25  # default_warps: in-flight records a record shares its word with
+SHARED_IN_FLIGHT = 0.125  # default_warps: in-flight records a record shares its word with
 _kernels: dict[int, Any] = {}
 
 
@@ -116,8 +116,9 @@ def default_warps(records: np.ndarray, vocab: int) -> int:
     shares its word with W * sum_i p_i^2 others on average, p_i being the
     share of the records that name word i (first ids, or second, whichever
     sum is larger). The default keeps that near ``SHARED_IN_FLIGHT``: W =
-    1/4 / sum p_i^2, at least a block's 8 warps and at most what the GPU
-    keeps resident. ``bench.glove`` measures both sides (README).
+    1/8 / sum p_i^2, at least a block's 8 warps and at most what the GPU
+    keeps resident. ``bench.glove --warps`` and ``examples.glove --threads``
+    measure both sides (README).
     """
     import cupy
 
