@@ -22,8 +22,8 @@ from minidist.labkit.lab04 import (
     check_equivalence,
     check_lr_schedule,
     mean_loss,
-    reference_average,
 )
+from minidist.labkit.lab04_ranks import reference_average
 from minidist.optim import SGD
 from minidist.optim.schedules import linear_scaling
 from minidist.parallel import buckets

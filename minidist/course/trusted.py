@@ -35,6 +35,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import zmq
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
@@ -44,6 +45,7 @@ from traitlets import Unicode
 from minidist.course.channel import CellTimeout, KernelChannel, KernelDied
 from minidist.labkit.remote import Remote, Session
 
+QUIET_S, DRAIN_S = 0.2, 10.0  # what the kernel published for a check: dropped (see below)
 DIED = ("the kernel died in this cell (os._exit, a signal, or the memory limit); it was "
         "restarted and the cells before this one were run again")
 
@@ -94,6 +96,7 @@ class TrustedExecute(Execute):
             cell.source = check["source"]
             if check["test"]:
                 cell.outputs = self._run_check(check["source"])
+                self._drop_what_the_check_published()
                 return cell, self.resources
         try:
             cell = self.execute_cell(cell, index, store_history=True)
@@ -134,6 +137,17 @@ class TrustedExecute(Execute):
             outputs.insert(0, NotebookNode(output_type="stream", name="stdout",
                                            text=printed.getvalue()[-100_000:]))
         return outputs
+
+    def _drop_what_the_check_published(self) -> None:
+        """Drop, unread, what the kernel published to nbclient's client while it answered
+        the check's requests (a status or comm message or two each: thousands for a
+        multi-rank check), until none has come for ``QUIET_S`` (some are still on their
+        way); nbclient would otherwise parse them all while it waits for the next cell's
+        output, and give up after its IOPub timeout."""
+        socket = zmq.Socket.shadow(self.kc.iopub_channel.socket.underlying)
+        until = time.monotonic() + DRAIN_S
+        while time.monotonic() < until and socket.poll(QUIET_S * 1000):
+            socket.recv_multipart(copy=False)
 
     def restart(self) -> None:
         """A fresh kernel, which runs again every cell that had run without failing."""

@@ -23,6 +23,11 @@ sentence that names the claim:
 
 The library's ``comm.allreduce`` and ``comm.broadcast`` stay allowed: this
 lab is about *using* the collective (Lab 3 was about writing it).
+
+Each rank's part of a check is a probe of ``lab04_ranks.py`` (it builds the
+rank's model from numbers and returns numbers), so that when the lab is
+graded it runs in the student's kernel on a communicator the grader lends,
+while the references, the traffic and the verdict stay here.
 """
 
 from __future__ import annotations
@@ -32,13 +37,22 @@ from typing import Any
 
 import numpy as np
 
-from minidist.autograd import Tensor
 from minidist.comm import allreduce
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
+from minidist.labkit.lab04_ranks import (
+    CountingMLP,
+    average_on_rank,
+    buckets_on_rank,
+    fake_params,
+    grads_of,
+    make_data,
+    mean_loss,
+    plan_of,
+    train_on_rank,
+)
 from minidist.labkit.ranks import run_ranks
-from minidist.nn import MLP
-from minidist.nn.functional import cross_entropy
+from minidist.labkit.remote import on_student
 from minidist.optim import SGD
 from minidist.optim.schedules import linear_scaling
 from minidist.parallel.buckets import plan_buckets as library_planner
@@ -48,42 +62,6 @@ from minidist.parallel.buckets import plan_buckets as library_planner
 # and the schedules for Task 4.
 LIBRARY_DATA_PARALLEL = ("lab04",)
 LIBRARY_SCHEDULES = ("lab04_lr_schedule",)
-
-
-class CountingMLP(MLP):
-    """An MLP (float64, weights from ``seed``) that notes the rows of each forward call."""
-
-    def __init__(self, sizes: list[int], seed: int) -> None:
-        super().__init__(list(sizes), dtype=np.float64, rng=np.random.default_rng(seed))
-        object.__setattr__(self, "rows_seen", [])
-
-    def forward(self, x: Any) -> Any:
-        self.rows_seen.append(len(x))
-        return super().forward(x)
-
-
-def make_data(rows: int, sizes: list[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` random inputs of ``sizes[0]`` features and labels in ``range(sizes[-1])``."""
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((rows, sizes[0])), rng.integers(0, sizes[-1], rows)
-
-
-def mean_loss(model: Any, x: np.ndarray, y: np.ndarray) -> Any:
-    """Mean cross-entropy of ``model`` on the rows ``x``, labels ``y``."""
-    return cross_entropy(model(Tensor(x)), y)
-
-
-def reference_average(model: Any, c: Any) -> None:
-    """Task 1's answer, given to later tasks so they do not depend on yours: each gradient
-    summed over the ranks with ``comm.allreduce``, divided by P."""
-    for p in model.parameters():
-        # communication: this parameter's gradient, summed over all ranks
-        p.grad = allreduce(p.grad, c) / c.size
-
-
-def grads_of(params: Any) -> list[np.ndarray | None]:
-    """Copies of the ``.grad`` of each of ``params`` (None where there is none)."""
-    return [None if p.grad is None else np.array(p.grad) for p in params]
 
 
 def expect_same_arrays(what: str, got: list[Any], expected: list[np.ndarray],
@@ -132,11 +110,8 @@ def check_average_gradients(average_gradients: Callable[[Any, Any], None], world
     mean_loss(reference, x, y).backward()
 
     def body(c: Any) -> list[np.ndarray]:
-        model = CountingMLP(sizes, seed)
         rows = slice(c.rank * batch_per_rank, (c.rank + 1) * batch_per_rank)
-        mean_loss(model, x[rows], y[rows]).backward()
-        average_gradients(model, c)
-        return grads_of(model.parameters())
+        return on_student(average_on_rank, average_gradients, c, sizes, seed, x[rows], y[rows])
 
     results, stats = run_ranks(body, world_size, what, block)
     for rank, grads in enumerate(results):
@@ -147,17 +122,6 @@ def check_average_gradients(average_gradients: Callable[[Any, Any], None], world
 
 
 # --- Task 2: buckets -----------------------------------------------------------------------
-def fake_params(shapes: list[tuple[int, ...]], dtypes: list[str] | None = None,
-                grads: list[np.ndarray] | None = None) -> list[Any]:
-    """Tensors of ``shapes`` and ``dtypes`` (default float64), ``.grad`` from ``grads``."""
-    dtypes = dtypes or ["float64"] * len(shapes)
-    params = [Tensor(np.zeros(shape, dtype=dtype), requires_grad=True)
-              for shape, dtype in zip(shapes, dtypes, strict=True)]
-    for p, grad in zip(params, grads or [], strict=False):
-        p.grad = grad.reshape(p.shape).copy()
-    return params
-
-
 def check_bucket_plan(plan_buckets: Callable[..., list[list[int]]],
                       shapes: list[tuple[int, ...]], bucket_bytes: int,
                       first_bucket_bytes: int | None = None, dtypes: list[str] | None = None,
@@ -174,8 +138,7 @@ def check_bucket_plan(plan_buckets: Callable[..., list[list[int]]],
     expected = library_planner(params, bucket_bytes, first_bucket_bytes)
     extra = () if first_bucket_bytes is None else (first_bucket_bytes,)
     with blocked(*block):
-        got = plan_buckets(params, bucket_bytes, *extra)
-    got = [[int(i) for i in bucket] for bucket in got]
+        got = on_student(plan_of, plan_buckets, shapes, dtypes, bucket_bytes, extra)
     flat = [i for bucket in got for i in bucket]
     expect(sorted(flat) == list(range(len(params))), f"{what}: the buckets {got} must hold "
            f"each tensor index 0..{len(params) - 1} exactly once")
@@ -216,9 +179,8 @@ def check_bucketed_allreduce(allreduce_in_buckets: Callable[..., None], world_si
     extra = () if first_bucket_bytes is None else (first_bucket_bytes,)
 
     def body(c: Any) -> list[np.ndarray]:
-        mine = fake_params(shapes, dtypes, grads[c.rank])
-        allreduce_in_buckets(mine, c, bucket_bytes, *extra)
-        return grads_of(mine)
+        return on_student(buckets_on_rank, allreduce_in_buckets, c, shapes, dtypes,
+                          grads[c.rank], bucket_bytes, extra)
 
     results, stats = run_ranks(body, world_size, what, block)
     for rank, got in enumerate(results):
@@ -258,9 +220,8 @@ def check_equivalence(train_data_parallel: Callable[..., Any], world_size: int,
         optimizer.step()
 
     def body(c: Any) -> tuple[list[np.ndarray], list[int]]:
-        model = CountingMLP(sizes, seed + c.rank)
-        train_data_parallel(c, model, x, y, batch_per_rank, steps, lr, reference_average)
-        return [np.array(p.data) for p in model.parameters()], model.rows_seen
+        return on_student(train_on_rank, train_data_parallel, c, sizes, seed, x, y,
+                          batch_per_rank, steps, lr)
 
     results, _ = run_ranks(body, world_size, what, block)
     expected = [p.data for p in reference.parameters()]

@@ -27,15 +27,16 @@ from typing import Any
 import numpy as np
 
 from minidist.labkit.checks import expect
-from minidist.labkit.lab04 import (
-    LIBRARY_DATA_PARALLEL,
+from minidist.labkit.lab04 import LIBRARY_DATA_PARALLEL, expect_same_arrays
+from minidist.labkit.lab04_ranks import (
     CountingMLP,
-    expect_same_arrays,
     make_data,
     mean_loss,
     reference_average,
+    timed_on_rank,
 )
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import on_student
 from minidist.optim import SGD
 
 STEP = (("compute", "main"), ("wait", "main"), ("comm", "main"))  # one step's intervals
@@ -77,10 +78,8 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
     comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
 
     def body(c: Any) -> tuple[list[Any], list[np.ndarray], list[int]]:
-        model = CountingMLP(list(sizes), seed=0)
-        trace = timed_steps(c, model, x, y, steps, slow_rank, delay, reference_average)
-        return ([tuple(i) for i in trace], [np.array(p.data) for p in model.parameters()],
-                model.rows_seen)
+        return on_student(timed_on_rank, timed_steps, c, list(sizes), x, y, steps, slow_rank,
+                          delay)
 
     results, _ = run_ranks(body, world_size, what, block)
     traces = [trace for trace, _, _ in results]

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAB = "lab01_autograd"
-LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce")  # the labs the class attacks
+LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce",  # the labs the class attacks
+        "lab04_data_parallel")
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -285,6 +286,63 @@ def lab03_forges_the_counters(nb: Notebook, course: dict) -> None:
            "    if hasattr(c, 'calls'):\n"
            "        c.calls[:] = [('send', (c.rank + 1) % p), ('recv', (c.rank - 1) % p)] "
            "* 2 * (p - 1)\n    return x\n")
+
+
+# ---- Lab 4 -------------------------------------------------------------------------------
+
+@attack("blank", "all", lab="lab04_data_parallel")
+def lab04_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its
+    modules, does nothing."""
+    nb.prepend("answer_average_gradients", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab04 as l4, minidist.labkit.lab04_straggler as l4s\n\n"
+               "@contextmanager\ndef task(name):\n    try:\n        yield\n"
+               "    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for module in (l4, l4s):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_average_gradients = check_bucket_plan = check_bucketed_allreduce = nothing\n"
+               "check_equivalence = check_lr_schedule = check_straggler = nothing\n")
+
+
+@attack("solution", ["lab04_average_gradients"], lab="lab04_data_parallel")
+def lab04_forges_the_counters(nb: Notebook, course: dict) -> None:
+    """Measures what one allreduce per parameter sends, averages through rank 0 instead
+    (the right values, other traffic), then writes the measured counts into its counters.
+    The check counts the traffic on the grader's fabric."""
+    nb.set("answer_average_gradients", "def average_gradients(model, c):\n"
+           "    start = (c.stats.messages_sent, c.stats.bytes_sent)\n"
+           "    for p in model.parameters():\n"
+           "        comm.allreduce(np.zeros_like(p.grad), c)\n"
+           "    wanted = (c.stats.messages_sent - start[0], c.stats.bytes_sent - start[1])\n"
+           "    for p in model.parameters():\n        total = p.grad.copy()\n"
+           "        if c.rank == 0:\n            for source in range(1, c.size):\n"
+           "                incoming = np.empty_like(total)\n"
+           "                c.recv(incoming, source)\n                total += incoming\n"
+           "            for dest in range(1, c.size):\n                c.send(total, dest)\n"
+           "        else:\n            c.send(p.grad, 0)\n            c.recv(total, 0)\n"
+           "        p.grad = total / c.size\n"
+           "    c.stats.messages_sent = start[0] + wanted[0]\n"
+           "    c.stats.bytes_sent = start[1] + wanted[1]\n")
+
+
+@attack("solution", [], lab="lab04_data_parallel")  # Task 3's rows: NOT guaranteed (README)
+def lab04_forges_the_rows_it_saw(nb: Notebook, course: dict) -> None:
+    """Every rank trains on the whole global batch (no averaging needed), then rewrites
+    the model's count of rows per forward to look like b rows a step. The weights are
+    right; the rows a forward saw are counted in the kernel, which it forges."""
+    nb.set("answer_equivalence", "def train_data_parallel(c, model, x, y, batch_per_rank, "
+           "steps, lr, average):\n    for p in model.parameters():\n"
+           "        p.data[...] = comm.broadcast(p.data, c, root=0)\n"
+           "    optimizer = SGD(model.parameters(), lr=lr)\n"
+           "    rows = c.size * batch_per_rank\n    for t in range(steps):\n"
+           "        optimizer.zero_grad()\n"
+           "        mean_loss(model, x[t * rows:(t + 1) * rows], "
+           "y[t * rows:(t + 1) * rows]).backward()\n"
+           "        optimizer.step()\n"
+           "    if hasattr(model, 'rows_seen'):\n"
+           "        model.rows_seen[:] = [batch_per_rank] * steps\n")
 
 
 def filled(released: dict, solution: dict) -> dict:
