@@ -45,7 +45,7 @@ from traitlets import Unicode
 from minidist.course.channel import CellTimeout, KernelChannel, KernelDied
 from minidist.labkit.remote import Remote, Session
 
-QUIET_S, DRAIN_S = 0.2, 10.0  # what the kernel published for a check: dropped (see below)
+QUIET_S, DRAIN_S = 0.05, 10.0  # what the kernel published for a check: dropped (see below)
 DIED = ("the kernel died in this cell (os._exit, a signal, or the memory limit); it was "
         "restarted and the cells before this one were run again")
 
