@@ -7,6 +7,8 @@ distributed run can be replayed by one process. Tolerance 1e-12 where the
 order of floating-point additions differs, bit for bit where it cannot.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,6 +18,7 @@ from minidist.comm import LocalCluster, RankError, RankFailure, Straggler
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer, gather_reports
+from minidist.util.mpiexec import mpi_vendor, mpiexec_command
 
 FEATURES, OUTPUTS, BATCH, STEPS = 5, 3, 8, 6
 LAYOUT = KeyLayout({"W": (FEATURES, OUTPUTS), "b": (1, OUTPUTS)})
@@ -176,6 +179,20 @@ def test_a_dead_worker_is_dropped_and_the_others_finish(capfd):
     assert results[2] == "died" and results[1] == results[3] == 10
     assert results[0].dropped == [1]
     assert "worker 1 (rank 2) is gone, dropped from the clocks" in capfd.readouterr().err
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(mpi_vendor() != "openmpi", reason="needs an MPI with fault tolerance: Open "
+                    "MPI's ULFM (make test MPI=openmpi); MPICH's wheel has none (README)")
+def test_under_mpi_with_fault_tolerance_a_killed_worker_is_dropped():
+    from mpi_example import run_mpi_command
+
+    script = Path(__file__).with_name("mpi_ps_worker_dies.py")
+    run = run_mpi_command(mpiexec_command(4, [str(script)], mpiexec_args=["--with-ft", "ulfm"]),
+                          4, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.splitlines()) == ["rank 0: [1]", "rank 1: 10", "rank 3: 10"]
+    assert "worker 1 (rank 2) is gone, dropped from the clocks: rank 2 failed" in run.stderr
 
 
 def test_checkpoint_and_resume_end_as_an_uninterrupted_run(tmp_path):

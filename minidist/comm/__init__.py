@@ -23,7 +23,7 @@ from minidist.comm import cost
 from minidist.comm import collectives, transport
 from minidist.comm.collectives import *  # noqa: F403 (each collective, by its name)
 from minidist.comm.cost.network import NetworkModel, load_network_model, save_network_model
-from minidist.comm.errors import CommError, RankError, RankFailure, RankKilled
+from minidist.comm.errors import CommError, PeerFailed, RankError, RankFailure, RankKilled
 from minidist.comm.ops import REDUCTION_OPS, apply_op, check_reducible
 from minidist.comm.transport import *  # noqa: F403 (Communicator, LocalCluster, launch, world...)
 from minidist.util.parts import chunk_bounds
@@ -31,8 +31,8 @@ from minidist.util.parts import chunk_bounds
 __all__ = [
     *transport.__all__, *collectives.__all__, "cost", "chunk_bounds",
     "NetworkModel", "load_network_model", "save_network_model",
-    "CommError", "RankError", "RankFailure", "RankKilled", "REDUCTION_OPS", "apply_op",
-    "check_reducible",
+    "CommError", "PeerFailed", "RankError", "RankFailure", "RankKilled", "REDUCTION_OPS",
+    "apply_op", "check_reducible",
 ]
 
 # Module paths of the flat layout before ``transport/``, ``collectives/`` and ``cost/``:

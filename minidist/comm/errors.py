@@ -1,7 +1,9 @@
 """Errors a distributed run raises instead of hanging.
 
 - :class:`CommError`: a communication that can never complete (a receive
-  nobody will match, a deadlock, a peer that failed or finished).
+  nobody will match, a deadlock, a peer that failed or finished);
+  :class:`PeerFailed`, when MPI itself reports peers' processes failed
+  (an MPI with fault tolerance, ULFM: Open MPI's ``mpiexec --with-ft ulfm``).
 - :class:`RankFailure`: a failure injected into a rank on purpose.
 - :class:`RankError`: what the caller of a multi-rank run sees: the rank,
   its exception type and message, and its traceback text;
@@ -13,6 +15,15 @@ from __future__ import annotations
 
 class CommError(RuntimeError):
     """A point-to-point operation or barrier that can never complete."""
+
+
+class PeerFailed(CommError):
+    """MPI reported that the processes of ``ranks`` (of the communicator) failed."""
+
+    def __init__(self, ranks: list[int], detail: str) -> None:
+        self.ranks = list(ranks)
+        super().__init__(f"rank{'s' if len(self.ranks) > 1 else ''} "
+                         f"{', '.join(map(str, self.ranks))} failed ({detail})")
 
 
 class RankFailure(CommError):

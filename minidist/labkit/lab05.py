@@ -24,7 +24,11 @@ The checks:
    must be exactly ``glove.train``'s; the Hogwild model, trained by lock-free
    processes and so not reproducible, must reach about the same loss.
 
-While a task is checked, the library's own answer is blocked.
+While a task is checked, the library's own answer is blocked. When the lab
+is graded, the answers run in the student's kernel and the checks here:
+a batch and a model, which are not data, cross as their arrays and are
+rebuilt there by a probe (``loss_on_records``, ``lab05_hogwild.py``); the
+ranks of Task 4 and their traffic are the grader's (``relay.py``).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ import numpy as np
 
 from minidist import glove
 from minidist.comm import ALGORITHMS, allreduce
-from minidist.data.cooccur import zipf_cooccurrence
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close, numerical_gradient
+from minidist.labkit.lab05_hogwild import check_hogwild  # noqa: F401 (the notebook's import)
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import on_student
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import chunk_bounds
 
@@ -55,11 +60,6 @@ def random_tables(vocab_size: int, dim: int, seed: int) -> tuple[np.ndarray, np.
     """A word and a context table ``(V, d + 1)`` of standard normal numbers / sqrt(d)."""
     rng = np.random.default_rng(seed)
     return rng.standard_normal((2, vocab_size, dim + 1)) / np.sqrt(max(dim, 1))
-
-
-def random_counts(vocab_size: int, nnz: int, seed: int) -> glove.Records:
-    """Records of distinct (i, j) pairs, Zipf-like word frequencies, counts around x_max."""
-    return glove.Records.from_counts(*zipf_cooccurrence(vocab_size, nnz, seed))
 
 
 def random_batch(vocab_size: int, batch_size: int, seed: int) -> glove.Records:
@@ -131,7 +131,8 @@ def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int
     expected = [numerical_gradient(lambda w, c: half_loss(w, c, batch), tables, k)
                 for k in (0, 1)]
     with blocked(*block):
-        cost, *grads = loss_and_gradients(word, context, batch)
+        cost, *grads = on_student(loss_on_records, loss_and_gradients, word, context,
+                                  batch.arrays())
     for name, table, original in (("word", word, tables[0]), ("context", context, tables[1])):
         expect(np.array_equal(table, original), f"{what}: your function changed the {name} "
                "table; it should only read it (the AdaGrad step updates it)")
@@ -145,6 +146,13 @@ def check_loss_gradients(loss_and_gradients: Callable[..., Any], vocab_size: int
         except CheckFailed as failure:
             hint = gradient_hint(grad, exact, ids) if np.shape(grad) == exact.shape else ""
             raise CheckFailed(f"{failure} -- {hint}" if hint else str(failure)) from None
+
+
+def loss_on_records(loss_and_gradients: Callable[..., Any], word: np.ndarray,
+                    context: np.ndarray, records: dict[str, np.ndarray]) -> Any:
+    """Probe: ``loss_and_gradients`` on a batch rebuilt from its arrays (``glove.Records``
+    is not data; ``remote.on_student``)."""
+    return loss_and_gradients(word, context, glove.Records(**records))
 
 
 # --- Task 3: glove.c's AdaGrad step ---------------------------------------------------------
@@ -272,46 +280,3 @@ def check_sharded_dots(sharded_dots: Callable[..., Any], world_size: int, vocab_
            f"dot products sends {[b for _, b in ring]} bytes in {[m for m, _ in ring]} "
            f"messages (ring). Only the B numbers travel, never the rows of {columns} "
            "columns")
-
-
-# --- Task 5: Hogwild against the sequential run ---------------------------------------------
-def check_hogwild(hogwild_vs_sequential: Callable[..., Any], workers: int, vocab_size: int,
-                  dim: int, nnz: int, epochs: int, batch_size: int, seed: int = 0) -> None:
-    """``hogwild_vs_sequential(model, records, workers, epochs, batch_size, seed)`` returns
-    ``(sequential, hogwild)``, two models trained from copies of ``model``. The sequential one
-    must be ``glove.train``'s exactly. Hogwild's loss depends on how the OS schedules the
-    workers (a worker paused between reading rows and writing them back overwrites the
-    other's updates): whatever the scheduling, short of losing half the updates, it keeps
-    more than half of the sequential run's decrease."""
-    __tracebackhide__ = True
-    what = (f"hogwild_vs_sequential, {workers} worker(s), V = {vocab_size}, d = {dim}, "
-            f"{epochs} epoch(s) of batches of {batch_size}")
-    records = random_counts(vocab_size, nnz, seed)
-    model = glove.GloVe.create(vocab_size, dim, seed)
-    start = model.copy()
-    reference = model.copy()
-    glove.train(reference, records, epochs, batch_size, seed=seed)
-    sequential, hogwild = hogwild_vs_sequential(model, records, workers, epochs, batch_size,
-                                                seed)
-    for name, a in start.arrays().items():
-        expect(np.array_equal(getattr(model, name), a), f"{what}: the model you were given "
-               f"changed ({name}); train copies of it (model.copy())")
-    for name, a in reference.arrays().items():
-        expect_close(f"{what}: the sequential run's {name} (glove.train on a copy, "
-                     "same epochs, batch size and seed)", getattr(sequential, name), a,
-                     rtol=1e-12, atol=1e-14)
-        expect(np.asarray(getattr(hogwild, name)).shape == a.shape,
-               f"{what}: the Hogwild model's {name} has the wrong shape")
-    expect(not np.array_equal(hogwild.word, start.word), f"{what}: the Hogwild model is the "
-           "untrained one")
-    before, after = glove.loss(start, records), glove.loss(reference, records)
-    loss = glove.loss(hogwild, records)
-    if workers == 1:  # one worker trains its one shard in glove.train's order
-        expect_close(f"{what}: the Hogwild model with one worker (it must equal the "
-                     "sequential one)", hogwild.word, reference.word, rtol=1e-12, atol=1e-14)
-    else:
-        expect(not np.array_equal(hogwild.word, reference.word), f"{what}: the Hogwild model "
-               "equals the sequential one bit for bit; train it with train_hogwild")
-    expect(np.isfinite(loss) and abs(loss - after) < (before - after) / 2,
-           f"{what}: Hogwild's loss J is {loss:.6g}, the sequential run's {after:.6g} (from "
-           f"{before:.6g}); at equal updates Hogwild keeps more than half of the decrease")

@@ -18,6 +18,12 @@ reports that it reads GPU memory itself (CUDA-aware MPI,
 ``device.mpi_reads_gpu_memory``), as they are: mpi4py hands MPI the GPU
 pointer, after the GPU's queue has finished writing the array.
 
+Under an MPI with fault tolerance (ULFM: Open MPI's ``mpiexec --with-ft ulfm``)
+a receive or wait whose peer's process has failed raises
+:class:`~minidist.comm.errors.PeerFailed` naming the failed ranks, and the
+others go on talking (a parameter server drops such a worker). Without it,
+a process that dies ends the whole job.
+
 ``c.mpi_comm`` is the raw mpi4py communicator, for what MPI does itself
 (``c.mpi_comm.Allreduce``: the "mpi" allreduce algorithm). Nothing here
 depends on the host: the same code runs on one laptop or across a cluster.
@@ -30,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from minidist.comm.errors import PeerFailed
 from minidist.comm.transport import device
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.comm.transport.stats import CommStats
@@ -58,25 +65,31 @@ class MPICommunicator(Communicator):
             device.irecv(self, buf, source, tag).wait()
             return buf
         self._count_recv(buf)
-        self.mpi_comm.Recv(buf, source, tag)
+        try:
+            self.mpi_comm.Recv(buf, source, tag)
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err) from None
         return buf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         if not isinstance(buf, np.ndarray) and not device.direct(buf):
             return device.isend(self, buf, dest, tag)
         self._count_send(buf, dest, tag)
-        return MPIRequest(self.mpi_comm.Isend(buf, dest, tag))
+        return MPIRequest(self.mpi_comm.Isend(buf, dest, tag), self.mpi_comm)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         if not isinstance(buf, np.ndarray) and not device.direct(buf):
             return device.irecv(self, buf, source, tag)
         self._count_recv(buf)
-        return MPIRequest(self.mpi_comm.Irecv(buf, source, tag))
+        return MPIRequest(self.mpi_comm.Irecv(buf, source, tag), self.mpi_comm)
 
     def wait_any(self, requests: Sequence[Request]) -> int:
         if not requests:
             raise ValueError("wait_any needs at least one request")
-        index = int(MPI.Request.Waitany([r.request for r in requests]))
+        try:
+            index = int(MPI.Request.Waitany([r.request for r in requests]))
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err) from None
         requests[index].wait()  # returns at once; a receive into a device array copies up
         return index
 
@@ -98,7 +111,10 @@ class MPICommunicator(Communicator):
         if self.trace:
             trace_message(self.world_ranks[self.rank], self.world_ranks[dest], sendtag,
                           sendbuf.nbytes)
-        self.mpi_comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag)
+        try:
+            self.mpi_comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag)
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err) from None
         return recvbuf
 
     def barrier(self) -> None:
@@ -124,16 +140,35 @@ class MPICommunicator(Communicator):
 
 
 class MPIRequest(Request):
-    """An MPI request; it keeps nothing but the request (the caller keeps the buffer)."""
+    """An MPI request and its communicator (which names a failed peer); the caller
+    keeps the buffer."""
 
-    def __init__(self, request: MPI.Request) -> None:
-        self.request = request
+    def __init__(self, request: MPI.Request, mpi_comm: MPI.Comm) -> None:
+        self.request, self.mpi_comm = request, mpi_comm
 
     def wait(self) -> None:
-        self.request.Wait()
+        try:
+            self.request.Wait()
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err) from None
 
     def test(self) -> bool:
-        return bool(self.request.Test())
+        try:
+            return bool(self.request.Test())
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err) from None
+
+
+def named_failure(mpi_comm: MPI.Comm, err: MPI.Exception) -> Exception:
+    """``PeerFailed`` naming the failed ranks when ``err`` is MPI's process failure (ULFM),
+    else ``err`` itself."""
+    if err.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING):
+        return err
+    failed = mpi_comm.Get_failed()
+    ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())),
+                                      mpi_comm.Get_group())
+    failed.Free()
+    return PeerFailed(sorted(ranks), err.Get_error_string())
 
 
 def _check_contiguous(buf: np.ndarray, what: str) -> None:

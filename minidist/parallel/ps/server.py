@@ -34,14 +34,11 @@ A server's loop, per request:
 
 A worker that ends without STOP (its receive raises: the rank failed or
 finished) is dropped from the clocks with a message naming it, and the
-others go on. That is what the in-process transport can tell; under MPI a
-process that dies ends the whole job, and the run resumes from its last
-checkpoint. MPICH (the pip wheel, 5.0) offers no way on: hydra's
-``-disable-auto-cleanup`` keeps the other ranks alive but their messages to
-one another stall, its fault-tolerance switch (``MPIR_CVAR_ENABLE_FT=1``)
-fails an assertion at start, and ``mpiexec.gforker``, under which the
-others do keep talking, stops them itself seconds later (README,
-"Parameter servers").
+others go on. The in-process transport tells it, and so does an MPI with
+fault tolerance (ULFM: Open MPI's ``mpiexec --with-ft ulfm``), whose
+receives then raise ``PeerFailed``. Under any other MPI a process that dies
+ends the whole job, and the run resumes from its last checkpoint. MPICH
+(the pip wheel, 5.0) offers no way on (README, "Parameter servers").
 
 Cost per request, for k keys holding v values of b bytes, on the server:
 a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
@@ -58,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minidist.comm.errors import CommError
+from minidist.comm.errors import CommError, PeerFailed
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.checkpoint import save_shard
@@ -174,7 +171,12 @@ class Server:
                     return None
             worker = min(speaking, key=lambda w: (begun[w], w))
         else:  # the request that arrives first
-            worker = speaking[self.c.wait_any([listening[w].request for w in speaking])]
+            try:
+                worker = speaking[self.c.wait_any([listening[w].request for w in speaking])]
+            except PeerFailed as err:  # MPI names the failed ranks, not the request
+                for w in [w for w in speaking if self.workers[w] in err.ranks]:
+                    self._drop(w, listening, err)
+                return None
         try:
             listening[worker].request.wait()
         except CommError as err:
