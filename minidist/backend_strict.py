@@ -21,7 +21,10 @@ show on a GPU:
   (cupy's is a device pointer, not host memory);
 - reductions return 0-d arrays, not numpy scalars, ``isinstance(x,
   np.ndarray)`` is False, and a view's ``base`` is the very array that owns
-  the memory, as for cupy.
+  the memory, as for cupy; one element, ``x[i]``, is a 0-d view, not a
+  number: kept as a value, it changes when ``x[i]`` is written (``gradcheck``
+  once kept one as the value to restore; on a GPU every finite difference
+  came out half its size).
 
 What it cannot catch: anything about real GPU memory, streams, kernels,
 speed, float32 numerics on the GPU, or cupy functions that numpy has and
