@@ -24,7 +24,7 @@ from pathlib import Path
 
 LAB = "lab01_autograd"
 LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce",  # the labs the class attacks
-        "lab04_data_parallel")
+        "lab04_data_parallel", "lab05_glove")
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -343,6 +343,42 @@ def lab04_forges_the_rows_it_saw(nb: Notebook, course: dict) -> None:
            "        optimizer.step()\n"
            "    if hasattr(model, 'rows_seen'):\n"
            "        model.rows_seen[:] = [batch_per_rank] * steps\n")
+
+
+# ---- Lab 5 -------------------------------------------------------------------------------
+
+@attack("blank", "all", lab="lab05_glove")
+def lab05_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its
+    modules, does nothing."""
+    nb.prepend("answer_weighting", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab05 as l5, minidist.labkit.lab05_hogwild as l5h\n\n"
+               "@contextmanager\ndef task(name):\n    try:\n        yield\n"
+               "    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for module in (l5, l5h):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_weighting = check_loss_gradients = check_adagrad = nothing\n"
+               "check_sharded_dots = check_hogwild = nothing\n")
+
+
+@attack("solution", ["lab05_sharded_dots"], lab="lab05_glove")
+def lab05_forges_the_counters(nb: Notebook, course: dict) -> None:
+    """Measures one allreduce of the B numbers, sends its partial products to every rank
+    instead (the right values, other traffic), then writes the measured counts into its
+    counters. The check counts the traffic on the grader's fabric."""
+    nb.set("answer_sharded_dots", "def sharded_dots(c, word_cols, context_cols, row, col):\n"
+           "    start = (c.stats.messages_sent, c.stats.bytes_sent)\n"
+           "    comm.allreduce(np.zeros(len(row)), c)\n"
+           "    wanted = (c.stats.messages_sent - start[0], c.stats.bytes_sent - start[1])\n"
+           "    mine = np.einsum('bk,bk->b', word_cols[row], context_cols[col])\n"
+           "    total = mine.copy()\n    for peer in range(c.size):\n"
+           "        if peer != c.rank:\n            c.send(mine, peer)\n"
+           "    for peer in range(c.size):\n        if peer != c.rank:\n"
+           "            total += c.recv(np.empty(len(row)), peer)\n"
+           "    c.stats.messages_sent = start[0] + wanted[0]\n"
+           "    c.stats.bytes_sent = start[1] + wanted[1]\n    return total\n")
 
 
 def filled(released: dict, solution: dict) -> dict:
