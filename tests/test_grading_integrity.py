@@ -17,10 +17,11 @@ import json
 
 import numpy as np
 import pytest
+from student_kernel import reached, verdict
 
 import minidist as md
 from minidist.course.trusted import free_names
-from minidist.labkit import CheckFailed, blocked, expect_close, serve, task, wire
+from minidist.labkit import CheckFailed, blocked, expect_close, task, wire
 from minidist.labkit.lab01 import (
     backward_of,
     check_backward_pass,
@@ -30,7 +31,7 @@ from minidist.labkit.lab01 import (
 from minidist.labkit.lab02 import check_broadcast, check_ping_pong_traffic, check_ring_shift
 from minidist.labkit.lab03 import check_allreduce
 from minidist.labkit.relay import Lending
-from minidist.labkit.remote import Remote, Session
+from minidist.labkit.remote import Remote
 
 STUDENT = '''
 import numpy as np
@@ -79,9 +80,7 @@ def kernel():
     """A student's namespace, reached only through a Session over ``serve.answer``."""
     namespace: dict = {}
     exec(STUDENT, namespace)
-    serve.reset()
-    session = Session(lambda text: serve.answer(text, namespace))
-    return session.name
+    return reached(namespace)
 
 
 def test_a_call_sends_data_and_returns_data(kernel):
@@ -263,17 +262,7 @@ def copied(x):
 def ranks_kernel():
     namespace: dict = {}
     exec(RANKS_STUDENT, namespace)
-    serve.reset()
-    return namespace, Session(lambda text: serve.answer(text, namespace)).name
-
-
-def verdict(check) -> str:
-    try:
-        with task("Task"):
-            check()
-    except CheckFailed as failure:
-        return str(failure)
-    return "passed"
+    return namespace, reached(namespace)
 
 
 @pytest.mark.parametrize("answer", ["ring_shift", "ring_shift_deadlocks", "ring_shift_into_arr"])
