@@ -52,8 +52,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
     # Lab 6: every check runs a few small parameter-server jobs on in-process ranks (threads;
     # about a second per check cell); the explore cells train the digits MLP and the matrix
     # factorisation through in-process servers, up to 9 ranks (~10 s for the whole notebook).
+    # Its servers and ranks run in the grader: a shard's pushes and an accumulator's arrays
+    # cross through probes (labkit/lab06_shard.py, lab06.py), a server asks the student's
+    # rule for its answers, and Task 4's workers are lent to read_rows and write_rows.
     "lab06_parameter_servers": LabLimits(cell_timeout_s=60, notebook_timeout_s=300,
-                                         memory_mb=3072, cpu_s=300),
+                                         memory_mb=3072, cpu_s=300, trusted_checks=True),
     # Lab 7: every check runs small pipelines on in-process ranks (well under a second per
     # check cell); the explore cells draw Gantt charts and start one 2-process MPI job (~1 s,
     # more when loaded); the whole notebook runs in ~10 s.

@@ -27,6 +27,10 @@ layout (``outgoing``), a receive's shape, dtype and layout (``incoming``),
 so the grader's communicator refuses what it would refuse in the kernel,
 in the same words. The array a receive filled comes back and is copied
 into the student's buffer.
+
+A parameter server's worker (Lab 6) is lent the same way (``$worker``):
+its ``pull`` and ``push`` are done by the grader's worker on the rank's
+communicator, so what reaches the servers is counted on the grader's ranks.
 """
 
 from __future__ import annotations
@@ -44,15 +48,17 @@ METHODS = {  # what the student's code may ask of each kind of lent object
     "comm": frozenset({"send", "recv", "isend", "irecv", "sendrecv", "wait_any", "barrier",
                        "split", "dup", "combine", "compute", "price_as_part_of"}),
     "request": frozenset({"wait", "test"}),
+    "worker": frozenset({"pull", "push"}),
 }
 
 
 def lendable(value: Any) -> bool:
     """Whether ``value`` is lent rather than sent: a communicator (or a check's wrapper
-    of one, ``ranks.MessageLog``) or a request."""
+    of one, ``ranks.MessageLog``), a request, or a parameter server's worker."""
     from minidist.labkit.ranks import MessageLog
+    from minidist.parallel.ps.worker import Worker
 
-    return isinstance(value, (Communicator, MessageLog, Request))
+    return isinstance(value, (Communicator, MessageLog, Request, Worker))
 
 
 class Lending:
@@ -74,10 +80,15 @@ class Lending:
             self.objects[number] = ("request", obj)
             return {"$request": number}
         from minidist.labkit.ranks import reads_the_modelled_clock
+        from minidist.parallel.ps.worker import Worker
 
-        self.objects[number] = ("comm", obj)
+        kind = "worker" if isinstance(obj, Worker) else "comm"
+        self.objects[number] = (kind, obj)
         if self.stats is None:
-            self.stats, self.modelled = obj.stats, reads_the_modelled_clock()
+            self.stats = (obj if kind == "comm" else obj.c).stats
+            self.modelled = reads_the_modelled_clock()
+        if kind == "worker":
+            return {"$worker": number}
         return {"$comm": [number, obj.rank, obj.size, self.modelled]}
 
     def resolve(self, kind: str, payload: Any) -> Any:
@@ -141,6 +152,8 @@ class Lending:
         return self._perform(kind, target, method, args)
 
     def _perform(self, kind: str, target: Any, method: str, args: list) -> Any:
+        if kind == "worker":  # pull(keys), push(keys, gradient): the grader's worker's
+            return getattr(target, method)(*args)
         if kind == "request":
             done = target.test() if method == "test" else target.wait() or True
             return [done, self.receives.get(id(target)) if done else None]

@@ -49,6 +49,8 @@ class Link:
         """The student's side of a lent object: ``$comm`` or ``$request`` from the grader."""
         if kind == "$request" and isinstance(payload, int):
             return RelayedRequest(self, payload, None)
+        if kind == "$worker" and isinstance(payload, int):
+            return RelayedWorker(self, payload)
         if (kind == "$comm" and isinstance(payload, list) and len(payload) == 4
                 and all(isinstance(v, int) for v in payload[:3])):
             number, rank, size, modelled = payload
@@ -170,6 +172,20 @@ class RelayedRequest(Request):
         if done and self.buf is not None:
             fill(self.buf, data)
         return bool(done)
+
+
+class RelayedWorker:
+    """A parameter server's worker lent to the student's code (Lab 6): its ``pull`` and
+    ``push`` are done by the grader's worker, on the rank's own communicator."""
+
+    def __init__(self, link: Link, number: int) -> None:
+        self.link, self.number = link, number
+
+    def pull(self, keys: Any) -> np.ndarray:
+        return self.link.call(self.number, "pull", keys)
+
+    def push(self, keys: Any, gradient: Any) -> Any:
+        return self.link.call(self.number, "push", keys, gradient)
 
 
 class RelayedCommunicator(Communicator):

@@ -79,6 +79,12 @@ def on_student(probe: Callable[..., Any], obj: Any, *args: Any, **kwargs: Any) -
     return probe(obj, *args, **kwargs)
 
 
+def name_of(obj: Any) -> str:
+    """The name a check's sentence gives a student's class or function: its ``__name__``
+    here, its name in the notebook when it is a ``Remote``."""
+    return str(obj._path[-1]) if isinstance(obj, Remote) else obj.__name__
+
+
 def _rebuilt_exception(name: Any, message: Any) -> BaseException:
     """The student's exception, as a class of the same name that holds only its message."""
     from minidist.labkit.checks import CheckFailed

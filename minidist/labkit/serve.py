@@ -32,6 +32,7 @@ from minidist.labkit.mirror import Mirrors, build_context, digest
 
 COMM_TARGET = "minidist-serve"
 ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset"})
+LENT = frozenset({"$comm", "$request", "$worker"})  # what the grader lends a call (relay.py)
 _state: dict[str, Any] = {}
 
 
@@ -127,11 +128,11 @@ class Call:
 
     def _decode(self, data: Any) -> Any:
         def resolve(kind: str, payload: Any) -> Any:
-            if kind in ("$comm", "$request") and self.link is not None:
+            if kind in LENT and self.link is not None:
                 return self.link.resolve(kind, payload)
             return _resolve(kind, payload)
 
-        allow = ALLOW if self.link is None else ALLOW | {"$comm", "$request"}
+        allow = ALLOW if self.link is None else ALLOW | LENT
         return wire.decode(data, resolve, allow, arrays=self.arrays)
 
     def _back(self, call: dict) -> dict:

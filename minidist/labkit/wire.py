@@ -14,8 +14,9 @@ object whose key starts with ``$``::
     {"$class": "minidist.autograd.ops.Mul"}   a library class (grader to kernel only)
     {"$view": [k, same, offset, shape, strides, dtype]}   the k-th array of the request, or
                        a view of it (kernel to grader only: ``view_of``)
-    {"$comm": [n, rank, size, modelled]}  {"$request": n}   a communicator or request the
-                       grader lends to the student's code (``relay.py``)
+    {"$comm": [n, rank, size, modelled]}  {"$request": n}  {"$worker": n}   a communicator,
+                       request or parameter server's worker the grader lends to the
+                       student's code (``relay.py``)
 
 Reading never runs code: JSON, then ``np.load`` without pickle, then only the
 markers above, each to a plain value; a marker the reader does not accept

@@ -24,7 +24,7 @@ from pathlib import Path
 
 LAB = "lab01_autograd"
 LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce",  # the labs the class attacks
-        "lab04_data_parallel", "lab05_glove")
+        "lab04_data_parallel", "lab05_glove", "lab06_parameter_servers")
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -379,6 +379,45 @@ def lab05_forges_the_counters(nb: Notebook, course: dict) -> None:
            "            total += c.recv(np.empty(len(row)), peer)\n"
            "    c.stats.messages_sent = start[0] + wanted[0]\n"
            "    c.stats.bytes_sent = start[1] + wanted[1]\n    return total\n")
+
+
+# ---- Lab 6 -------------------------------------------------------------------------------
+
+@attack("blank", "all", lab="lab06_parameter_servers")
+def lab06_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its
+    modules, does nothing."""
+    nb.prepend("answer_shard_update", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab06 as l6, minidist.labkit.lab06_shard as l6s\n"
+               "import minidist.labkit.lab06_hotspots as l6h\n\n"
+               "@contextmanager\ndef task(name):\n    try:\n        yield\n"
+               "    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for module in (l6, l6s, l6h):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_shard_update = check_ssp_cases = check_ssp_run = nothing\n"
+               "check_staleness_lr = check_softsync = nothing\n"
+               "check_choose_hot_keys = check_replication = nothing\n")
+
+
+@attack("solution", ["lab06_hot_keys"], lab="lab06_parameter_servers")
+def lab06_forges_the_servers_counters(nb: Notebook, course: dict) -> None:
+    """Pulls the hot rows from the servers too (their traffic is not reduced), then sets
+    the bytes of every transport counter its interpreter holds to 0, which in one process
+    with the check (plain nbgrader) hides the servers' traffic. The check counts it on the
+    grader's server ranks."""
+    nb.set("answer_hot_keys", nb.source("answer_hot_keys") + "\n\nimport gc\n"
+           "_write_rows = write_rows\n\n\ndef zero_every_counter():\n"
+           "    for o in gc.get_objects():\n"
+           "        if type(o).__name__ == 'LocalStats':\n"
+           "            o.bytes_sent = o.bytes_recv = 0\n\n\n"
+           "def read_rows(worker, keys, hot_keys, replica, dim):\n"
+           "    table = worker.pull(keys).reshape(-1, dim)\n"
+           "    hot = np.isin(keys, hot_keys)\n    if hot.any():\n"
+           "        table[hot] = replica[np.searchsorted(hot_keys, keys[hot])]\n"
+           "    zero_every_counter()\n    return table\n\n\n"
+           "def write_rows(*args):\n    _write_rows(*args)\n    zero_every_counter()\n")
 
 
 def filled(released: dict, solution: dict) -> dict:

@@ -1,0 +1,128 @@
+"""Lab 6's checks give the same verdict on the student's functions seen from the grader.
+
+As in ``test_grading_integrity.py``, both ends run in one process
+(``serve.answer`` as the channel). A shard is built and pushed to by a
+probe that returns its arrays; a server consults the student's SSP rule by
+its answers; an accumulator's arrays come back through a probe; Task 4's
+servers are the grader's and each worker is lent to the student's
+``read_rows`` and ``write_rows`` (in the kernel, a ``RelayedWorker``), so
+the bytes the servers moved are counted on the grader's ranks.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from notebook_source import SOLUTIONS
+from student_kernel import reached, verdict
+
+from minidist.labkit.lab06 import (
+    check_shard_update,
+    check_softsync,
+    check_ssp_cases,
+    check_ssp_run,
+    check_staleness_lr,
+)
+from minidist.labkit.lab06_hotspots import check_choose_hot_keys, check_replication
+
+WRONG = '''
+class ReplacingShard(ShardState):
+    def apply(self, index, grad):
+        values = self.values.copy()
+        values[index] -= self.optimizer.lr * grad
+        self.values = values
+        self.version += 1
+
+
+class StrictSSP(SSP):
+    def may_serve(self, clock, clocks):
+        return clock - min(clocks, default=clock) < self.staleness
+
+
+class UnscaledSoftSync(SoftSync):
+    def add(self, keys, index, grad, scale):
+        self.total[index] += grad
+        self.touched[keys] = True
+        self.count += 1
+        return self.count == self.c
+
+
+def read_every_row(worker, keys, hot_keys, replica, dim):
+    """Pulls the hot rows too: the servers' traffic is not reduced."""
+    table = worker.pull(keys).reshape(-1, dim)
+    hot = np.isin(keys, hot_keys)
+    if hot.any():
+        table[hot] = replica[np.searchsorted(hot_keys, keys[hot])]
+    return table
+
+
+def read_rows_here(worker, keys, hot_keys, replica, dim):
+    """The solution's read_rows, which first says what it was given as a worker."""
+    if type(worker).__name__ != "Worker":
+        raise TypeError(f"a {type(worker).__name__}")
+    return read_rows(worker, keys, hot_keys, replica, dim)
+'''
+
+CHECKS = {
+    "MyShard": lambda f: [check_shard_update(f, rule, rows=9, width=2, pushes=9, lr=0.3,
+                                             seed=11) for rule in ("sgd", "adagrad", "adam")],
+    "ReplacingShard": lambda f: check_shard_update(f, "sgd"),
+    "MySSP": lambda f: (check_ssp_cases(f, 2, seed=22), check_ssp_run(f, 1, 4, 12, seed=21)),
+    "StrictSSP": lambda f: check_ssp_cases(f, 1),
+    "staleness_lr": lambda f: check_staleness_lr(f, 2.5),
+    "MySoftSync": lambda f: check_softsync(f, rows=7, width=1, c=4, adds=9, seed=31),
+    "UnscaledSoftSync": lambda f: check_softsync(f, rows=5, width=2, c=3, adds=7),
+    "choose_hot_keys": lambda f: check_choose_hot_keys(f, [8, 3, 3, 8, 6, 6, 0, 11], 3),
+}
+
+
+def solution_namespace() -> dict:
+    """The solution notebook's setup and answer cells, run; and the wrong answers."""
+    notebook = json.loads(next((SOLUTIONS / "lab06_parameter_servers").glob("*.ipynb"))
+                          .read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell.get("id") == "setup" or meta.get("solution"):
+            exec("".join(cell["source"]), namespace)
+    exec(WRONG, namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    namespace = solution_namespace()
+    return namespace, reached(namespace)
+
+
+def replication(get, read: str, write: str) -> None:
+    check_replication(get("choose_hot_keys"), get(read), get(write), servers=2, workers=3,
+                      hot=24, seed=41)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("answer", sorted(CHECKS))
+def test_each_check_gives_the_local_verdict(kernel, answer):
+    namespace, remote = kernel
+    local = verdict(lambda: CHECKS[answer](namespace[answer]))
+    assert local == verdict(lambda: CHECKS[answer](remote(answer)))
+    assert (local == "passed") == answer.startswith(("My", "staleness", "choose"))
+
+
+@pytest.mark.timeout(120)
+def test_the_replicated_rows_pass_through_a_lent_worker(kernel):
+    namespace, remote = kernel
+    assert verdict(lambda: replication(remote, "read_rows", "write_rows")) == "passed"
+    assert verdict(lambda: replication(namespace.get, "read_rows_here", "write_rows")) == "passed"
+    assert "raised TypeError: a RelayedWorker" in verdict(
+        lambda: replication(remote, "read_rows_here", "write_rows"))
+
+
+@pytest.mark.timeout(120)
+def test_the_servers_traffic_is_counted_on_the_graders_ranks(kernel):
+    """Pulling the hot rows fails alike: the bytes are the grader's server ranks'."""
+    namespace, remote = kernel
+    local = verdict(lambda: replication(namespace.get, "read_every_row", "write_rows"))
+    assert "never pulled from or pushed" in local
+    assert local == verdict(lambda: replication(remote, "read_every_row", "write_rows"))
