@@ -59,9 +59,11 @@ LAB_LIMITS: dict[str, LabLimits] = {
                                          memory_mb=3072, cpu_s=300, trusted_checks=True),
     # Lab 7: every check runs small pipelines on in-process ranks (well under a second per
     # check cell); the explore cells draw Gantt charts and start one 2-process MPI job (~1 s,
-    # more when loaded); the whole notebook runs in ~10 s.
+    # more when loaded); the whole notebook runs in ~10 s. Its ranks run in the grader: each
+    # pipeline step runs on a stage the kernel keeps (probes of labkit/lab07_stages.py), a
+    # schedule's Steps cross as data, Tasks 4-5 build their model in the kernel.
     "lab07_pipelines": LabLimits(cell_timeout_s=60, notebook_timeout_s=300, memory_mb=3072,
-                                 cpu_s=300),
+                                 cpu_s=300, trusted_checks=True),
     # Lab 8: every check runs small tensor-parallel blocks, all-to-alls and ZeRO steps on up to
     # 5 in-process ranks (well under a second per check cell); the explore cells count ZeRO's
     # memory at P = 1-8, a split MLP's traffic and the experts' load (~5 s for the notebook).

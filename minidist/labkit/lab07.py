@@ -6,7 +6,10 @@
    loss). Three claims: every step receives from and sends to the right
    rank with the right tag (``TaggedLog``); the loss and every gradient equal
    one process's on the whole batch (float64); each rank's bytes, counted by
-   the transport, are one activation and one gradient per micro-batch.
+   the transport, are one activation and one gradient per micro-batch. Each
+   step runs through a probe of ``lab07_stages.py``, so that when the lab is
+   graded the stage lives in the student's kernel and the ranks, their log
+   and their traffic in the grader.
 2. ``gpipe`` and 3. ``1f1b``: the student's schedule (a list of Steps per
    rank) must pass the library's ``check_schedule`` — a schedule that can
    never finish fails there, in a sentence naming the ranks and what each
@@ -30,7 +33,9 @@ import numpy as np
 from minidist.autograd import Tensor, no_grad
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close
-from minidist.labkit.ranks import run_ranks
+from minidist.labkit.lab07_stages import backward_on, forward_on, gradients_of, stage_of
+from minidist.labkit.ranks import MessageLog, run_ranks
+from minidist.labkit.remote import name_of, on_student
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import (
@@ -83,16 +88,12 @@ def expect_one_process(what: str, loss: float, grads: dict[str, Any],
 
 
 # --- Task 1: the forward and backward exchange ---------------------------------------------
-class TaggedLog:
+class TaggedLog(MessageLog):
     """Rank ``c`` as the answer sees it, writing down each message call it posts:
     ``("send", dest, tag)`` or ``("recv", source, tag)``. Everything else is ``c``'s."""
 
     def __init__(self, c: Any) -> None:
-        self._c, self.calls = c, []
-        self.rank, self.size = c.rank, c.size
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._c, name)
+        super().__init__(c, [])
 
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self.calls.append(("send", dest, tag))
@@ -109,6 +110,11 @@ class TaggedLog:
     def irecv(self, buf: Any, source: int, tag: int = 0) -> Any:
         self.calls.append(("recv", source, tag))
         return self._c.irecv(buf, source, tag)
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, sendtag: int = 0,
+                 recvtag: int = 0) -> Any:
+        self.calls += [("send", dest, sendtag), ("recv", source, recvtag)]
+        return self._c.sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
 
 
 def expected_calls(step: Step, last: int) -> list[tuple[str, int, int]]:
@@ -159,26 +165,24 @@ def check_exchange(forward_step: Callable[..., Any], backward_step: Callable[...
 
     def body(c: Any) -> tuple[float | None, dict[str, np.ndarray], list]:
         k, last = c.rank, c.size - 1
-        stage = split_stages(MLP(list(sizes), dtype=np.float64, rng=seed), c.size)[k]
+        stage = on_student(stage_of, forward_step, sizes, seed, c.size, k)
         log, held, loss, posted = TaggedLog(c), {}, None, []
         for step in schedule[k]:
             m, before = step.micro, len(log.calls)
             if step.phase == "F":
-                kept = forward_step(log, stage, m, x[rows[m]] if k == 0 else None,
-                                    shapes[k][m])
-                expect(isinstance(kept, tuple) and len(kept) == 2
-                       and all(isinstance(t, Tensor) for t in kept),
-                       f"{what}: forward_step returned {type(kept).__name__} on rank {k}; "
-                       "it returns (inp, out), the stage's input and output Tensors")
-                inp, out = kept
-                if k == last:  # the loss of micro-batch m, weighted by its share of the batch
-                    out = cross_entropy(out, y[rows[m]]) * (len(y[rows[m]]) / batch)
-                    loss = (loss or 0.0) + out.item()
-                held[m] = (inp, out)
+                # the loss of micro-batch m on the last rank, weighted by its share of the batch
+                labels = y[rows[m]] if k == last else None
+                returned, part, held[m] = on_student(
+                    forward_on, forward_step, log, stage, m, x[rows[m]] if k == 0 else None,
+                    shapes[k][m], labels, len(y[rows[m]]) / batch)
+                expect(returned is None, f"{what}: forward_step returned {returned} on rank "
+                       f"{k}; it returns (inp, out), the stage's input and output Tensors")
+                if part is not None:
+                    loss = (loss or 0.0) + part
             else:
-                backward_step(log, m, *held.pop(m))
+                on_student(backward_on, backward_step, log, m, held.pop(m))
             posted.append((step, log.calls[before:]))
-        return loss, {n: p.grad for n, p in stage.named_parameters()}, posted
+        return loss, on_student(gradients_of, stage), posted
 
     results, stats = run_ranks(body, stages, what, block)
     for posted in (r[2] for r in results):
@@ -206,7 +210,7 @@ def answer_schedule(make: Callable[[int, int], Any], stages: int, micro_batches:
                     block: tuple[str, ...]) -> list[list[Step]]:
     """``make(K, M)`` with the library's answer blocked, held to ``check_schedule``."""
     __tracebackhide__ = True
-    call = f"{make.__name__}({stages}, {micro_batches})"
+    call = f"{name_of(make)}({stages}, {micro_batches})"
     with blocked(*block):
         schedule = make(stages, micro_batches)
     expect(isinstance(schedule, list) and len(schedule) == stages

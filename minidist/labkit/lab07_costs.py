@@ -15,6 +15,12 @@
    cuts the graph instead of recomputing it, fails.
 
 While a task is checked, the library's answers to it are blocked.
+
+A model is not data, so the student's functions run through probes
+(``timed_on_rank``, ``checkpointed_answer``): when the lab is graded they
+build the MLP in the student's kernel from the sizes and seed the check
+chose, and return the trace, or the loss, gradients and peak saved bytes;
+the ranks, their modelled clock and the references stay in the grader.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect
 from minidist.labkit.lab07 import expect_one_process, make_batch
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import on_student
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import Pipeline
@@ -48,10 +55,19 @@ def timed_run(timed_pipeline: Callable[..., Any], stages: int, micro_batches: in
     x, y = make_batch((WIDTH,) * 2, 4 * micro_batches, 0)
 
     def body(c: Any) -> Any:
-        model = MLP([WIDTH] * (2 * stages + 1), dtype=np.float64, rng=0)
-        return timed_pipeline(c, model, x, y, schedule, micro_batches, forward_s, backward_s)
+        return on_student(timed_on_rank, timed_pipeline, c, stages, x, y, schedule,
+                          micro_batches, forward_s, backward_s)
 
     return run_ranks(body, stages, what, block)[0]
+
+
+def timed_on_rank(timed_pipeline: Callable[..., Any], c: Any, stages: int, x: np.ndarray,
+                  y: np.ndarray, schedule: str, micro_batches: int, forward_s: float,
+                  backward_s: float) -> Any:
+    """Probe: ``timed_pipeline`` on this rank with the MLP of ``2·stages`` layers (float64,
+    weights from seed 0); what it returned."""
+    model = MLP([WIDTH] * (2 * stages + 1), dtype=np.float64, rng=0)
+    return timed_pipeline(c, model, x, y, schedule, micro_batches, forward_s, backward_s)
 
 
 def library_timed_pipeline(c: Any, model: Any, x: Any, y: Any, schedule: str,
@@ -130,6 +146,13 @@ def checkpointed_step(forward: Callable[[Any], Tensor], sizes: list[int], batch:
     return loss.item(), {n: p.grad for n, p in model.named_parameters()}, saved.peak
 
 
+def checkpointed_answer(checkpoint_segments: Callable[..., Any], segments: int,
+                        sizes: list[int], batch: int, seed: int) -> tuple[float, dict, int]:
+    """Probe: ``checkpointed_step`` through ``checkpoint_segments(modules, segments, x)``."""
+    return checkpointed_step(lambda model, x: checkpoint_segments(list(model), segments, x),
+                             sizes, batch, seed)
+
+
 def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, segments: int,
                         width: int = 8, batch: int = 16, seed: int = 0,
                         block: tuple[str, ...] = LIBRARY_CHECKPOINT) -> None:
@@ -143,8 +166,8 @@ def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, se
     *_, least = checkpointed_step(
         lambda model, x: checkpoint_sequential(list(model), segments, x), sizes, batch, seed)
     with blocked(*block):
-        got_loss, got_grads, peak = checkpointed_step(
-            lambda model, x: checkpoint_segments(list(model), segments, x), sizes, batch, seed)
+        got_loss, got_grads, peak = on_student(checkpointed_answer, checkpoint_segments,
+                                               segments, sizes, batch, seed)
     expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "
                        "the last through md.checkpoint, which recomputes it in backward; a "
                        "segment run under no_grad alone cuts the graph")

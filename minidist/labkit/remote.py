@@ -110,7 +110,7 @@ class Session:
     kernel as a task: until it returns, each reply may instead be a call back, which
     :class:`~minidist.labkit.relay.Lending` does here before the task is resumed."""
 
-    ALLOW = frozenset({"$tensor", "$ref", "$view"})
+    ALLOW = frozenset({"$tensor", "$ref", "$view", "$step"})
 
     def __init__(self, channel: Callable[[str], str]):
         self.channel = channel
@@ -133,6 +133,9 @@ class Session:
             return {"$dataset": self._encode(fields, pending)}
         if isinstance(value, type) and value.__module__.startswith("minidist."):
             return {"$class": f"{value.__module__}:{value.__qualname__}"}
+        step = wire.step_marker(value)
+        if step is not None:
+            return step
         if lending is not None and lendable(value):
             return lending.lend(value)
         return None
@@ -151,6 +154,8 @@ class Session:
             return Remote(self, tuple(payload))
         if kind == "$view":
             return wire.rebuilt_view(payload, arrays)
+        if kind == "$step":
+            return wire.rebuilt_step(payload)
         raise wire.WireError(f"the kernel sent an unknown {kind} {payload!r:.40}")
 
     def _decode(self, data: Any, arrays: list = ()) -> Any:

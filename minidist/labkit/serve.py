@@ -31,7 +31,7 @@ from minidist.labkit.blocking import blocked
 from minidist.labkit.mirror import Mirrors, build_context, digest
 
 COMM_TARGET = "minidist-serve"
-ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset"})
+ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset", "$step"})
 LENT = frozenset({"$comm", "$request", "$worker"})  # what the grader lends a call (relay.py)
 _state: dict[str, Any] = {}
 
@@ -81,6 +81,8 @@ def _resolve(kind: str, payload: Any) -> Any:
         return _follow(payload)
     if kind == "$class":
         return _import(payload)
+    if kind == "$step":
+        return wire.rebuilt_step(payload)
     from minidist.data import Dataset
 
     return Dataset(**_decode(payload))
@@ -95,6 +97,9 @@ def _refer(value: Any, pending: list) -> dict:
 
     if isinstance(value, Tensor):
         return _state["mirrors"].refer(value, pending, lambda v: _encode(v, pending), False)
+    step = wire.step_marker(value)
+    if step is not None:
+        return step
     handles = _state["handles"]
     handles[len(handles)] = value
     return {"$ref": ["handle", len(handles) - 1]}

@@ -14,6 +14,7 @@ object whose key starts with ``$``::
     {"$class": "minidist.autograd.ops.Mul"}   a library class (grader to kernel only)
     {"$view": [k, same, offset, shape, strides, dtype]}   the k-th array of the request, or
                        a view of it (kernel to grader only: ``view_of``)
+    {"$step": [stage, micro, "F"]}  a pipeline's Step (Lab 7's schedules are lists of them)
     {"$comm": [n, rank, size, modelled]}  {"$request": n}  {"$worker": n}   a communicator,
                        request or parameter server's worker the grader lends to the
                        student's code (``relay.py``)
@@ -136,6 +137,26 @@ def decode(data: Any, resolve: Callable[[str, Any], Any], allow: frozenset[str],
     if kind in allow:
         return resolve(kind, payload)
     raise WireError(f"a {kind!r} value was refused here")
+
+
+def step_marker(value: Any) -> dict | None:
+    """The ``$step`` marker of a pipeline ``Step`` (its fields, as data), else None."""
+    from minidist.parallel.pipeline import Step
+
+    if not isinstance(value, Step):
+        return None
+    return {"$step": encode([value.stage, value.micro, value.phase], lambda _: None)}
+
+
+def rebuilt_step(payload: Any) -> Any:
+    """The ``Step`` a ``$step`` marker names (a frozen dataclass: building it runs no
+    code of the sender's)."""
+    from minidist.parallel.pipeline import Step
+
+    fields = decode(payload, lambda *_: None, frozenset())
+    if not (isinstance(fields, list) and len(fields) == 3):
+        raise WireError("a $step must hold stage, micro and phase")
+    return Step(*fields)
 
 
 def loads(text: Any) -> dict:

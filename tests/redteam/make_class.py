@@ -24,7 +24,7 @@ from pathlib import Path
 
 LAB = "lab01_autograd"
 LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce",  # the labs the class attacks
-        "lab04_data_parallel", "lab05_glove", "lab06_parameter_servers")
+        "lab04_data_parallel", "lab05_glove", "lab06_parameter_servers", "lab07_pipelines")
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -418,6 +418,44 @@ def lab06_forges_the_servers_counters(nb: Notebook, course: dict) -> None:
            "        table[hot] = replica[np.searchsorted(hot_keys, keys[hot])]\n"
            "    zero_every_counter()\n    return table\n\n\n"
            "def write_rows(*args):\n    _write_rows(*args)\n    zero_every_counter()\n")
+
+
+# ---- Lab 7 -------------------------------------------------------------------------------
+
+@attack("blank", "all", lab="lab07_pipelines")
+def lab07_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its
+    modules, does nothing."""
+    nb.prepend("answer_exchange", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab07 as l7, minidist.labkit.lab07_costs as l7c\n\n"
+               "@contextmanager\ndef task(name):\n    try:\n        yield\n"
+               "    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for module in (l7, l7c):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_exchange = check_gpipe = check_1f1b = nothing\n"
+               "check_bubble = check_checkpointing = nothing\n")
+
+
+@attack("solution", ["lab07_exchange"], lab="lab07_pipelines")
+def lab07_forges_the_log(nb: Notebook, course: dict) -> None:
+    """Sends each activation twice (the right gradients, twice the traffic), then drops
+    the copy from the check's log of calls it was handed and takes its bytes off its
+    counters. The check logs the calls and counts the bytes in the grader."""
+    nb.set("answer_exchange", nb.source("answer_exchange") + "\n\n"
+           "def forward_step(c, stage, micro, x, shape):\n    k, last = c.rank, c.size - 1\n"
+           "    if k == 0:\n        inp = md.Tensor(x)\n    else:\n"
+           "        buffer = np.empty(shape)\n"
+           "        c.recv(buffer, k - 1, tag=2 * micro + 1)\n"
+           "        c.recv(np.empty(shape), k - 1, tag=2 * micro + 1)\n"
+           "        inp = md.Tensor(buffer, requires_grad=True)\n    out = stage(inp)\n"
+           "    if k < last:\n        c.send(out.data, k + 1, tag=2 * micro + 1)\n"
+           "        c.send(out.data, k + 1, tag=2 * micro + 1)\n"
+           "        c.stats.bytes_sent -= out.data.nbytes\n    if hasattr(c, 'calls'):\n"
+           "        c.calls[:] = [call for i, call in enumerate(c.calls)\n"
+           "                      if i == 0 or call != c.calls[i - 1]]\n"
+           "    return inp, out\n")
 
 
 def filled(released: dict, solution: dict) -> dict:
