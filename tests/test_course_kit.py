@@ -2,7 +2,7 @@
 
 One class of submissions is graded once per session (``graded_class``): each
 lab's solution, its untouched release, the wrong answers in
-``tests/fixtures/labNN/`` and the red-team class of Labs 1-7
+``tests/fixtures/labNN/`` and the red-team class of Labs 1-8
 (``tests/redteam/make_class.py``: a submission per attack, each with its
 expected score). Every test then reads its row. Later labs plug in by adding
 ``solutions/<lab>/`` and ``tests/fixtures/labNN/expected_losses.json``.

@@ -20,6 +20,11 @@ arrays, with or without their agreement check (``check=``), each rank's
 messages and bytes in each phase (:class:`Phases`). Every multi-rank run is
 bounded in time (``run_ranks``) and a deadlock is an error, never a hang.
 While a task is checked the library's answer to it is blocked.
+
+Each rank's part of a check drives the student's code phase by phase
+through probes of ``lab08_ranks.py``, so that when the lab is graded the
+student's objects live in the kernel while the ranks, each phase's traffic
+and the verdict stay in the grader.
 """
 
 from __future__ import annotations
@@ -30,13 +35,22 @@ from typing import Any
 
 import numpy as np
 
-from minidist.autograd import Function, Tensor
-from minidist.backend import to_numpy
+from minidist.autograd import Tensor
 from minidist.comm import allreduce
 from minidist.labkit.checks import CheckFailed, expect, expect_close
+from minidist.labkit.lab08_ranks import (
+    backward_of,
+    class_of,
+    f_and_g_results,
+    f_forward,
+    g_forward,
+    mlp_forward,
+    mlp_on_rank,
+    mlp_results,
+)
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import name_of, on_student
 from minidist.nn import functional as F
-from minidist.parallel.tensor_parallel import ParallelMLP
 
 LIBRARY_F_AND_G = ("lab08_f_and_g",)
 LIBRARY_MLP_SPLIT = ("lab08_mlp_split",)
@@ -103,27 +117,26 @@ def check_f_and_g(copy_to_ranks: type, sum_over_ranks: type, world_size: int,
     partial on each rank, backward from the same dL/dz everywhere: values and traffic."""
     __tracebackhide__ = True
     for cls, name in ((copy_to_ranks, "f"), (sum_over_ranks, "g")):
-        expect(isinstance(cls, type) and issubclass(cls, Function), f"{name} must be a "
-               f"minidist Function (a class with forward and backward), got {cls!r}")
-    what = (f"{copy_to_ranks.__name__} (f) and {sum_over_ranks.__name__} (g), "
+        _, function, shown = on_student(class_of, cls, "Function")
+        expect(function, f"{name} must be a minidist Function (a class with forward and "
+               f"backward), got {shown}")
+    what = (f"{name_of(copy_to_ranks)} (f) and {name_of(sum_over_ranks)} (g), "
             f"P = {world_size}, arrays of shape {shape}")
     rng = np.random.default_rng(seed)
     x, partials = rng.normal(size=shape), rng.normal(size=(world_size, *shape))
     dy, dz = rng.normal(size=(world_size, *shape)), rng.normal(size=shape)
 
     def body(c: Any) -> dict[str, Any]:
-        phases, xt = Phases(c), Tensor(x.copy(), requires_grad=True)
+        phases = Phases(c)
         with phases("f forward"):
-            y = copy_to_ranks.apply(xt, c)
+            bench = on_student(f_forward, copy_to_ranks, c, x)
         with phases("f backward"):
-            (y * Tensor(dy[c.rank])).sum().backward()
-        pt = Tensor(partials[c.rank].copy(), requires_grad=True)
+            on_student(backward_of, bench, c, "y", dy[c.rank])
         with phases("g forward"):
-            z = sum_over_ranks.apply(pt, c)
+            on_student(g_forward, sum_over_ranks, bench, c, partials[c.rank])
         with phases("g backward"):
-            (z * Tensor(dz)).sum().backward()
-        return dict(y=to_numpy(y.data), x_grad=xt.grad, z=to_numpy(z.data),
-                    partial_grad=pt.grad, sent=phases.sent)
+            on_student(backward_of, bench, c, "z", dz)
+        return dict(on_student(f_and_g_results, bench), sent=phases.sent)
 
     results, _ = run_ranks(body, world_size, what, block)
     one = [allreduce_traffic(world_size, [shape], check) for check in (True, False)]
@@ -187,9 +200,10 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
     the slices each rank keeps, the output and every gradient against the whole block in
     one process, and exactly one allreduce forward and one backward."""
     __tracebackhide__ = True
-    what = (f"{mlp_class.__name__}, P = {world_size}, d = {d}, {hidden} hidden units, "
+    what = (f"{name_of(mlp_class)}, P = {world_size}, d = {d}, {hidden} hidden units, "
             f"{activation}, x of shape {(*rows, d)}")
-    expect(isinstance(mlp_class, type) and not issubclass(mlp_class, ParallelMLP),
+    is_class, library, _ = on_student(class_of, mlp_class, "ParallelMLP")
+    expect(is_class and not library,
            f"{what}: build your class on Module, not on the library's ParallelMLP")
     rng = np.random.default_rng(seed)
     shapes = {"w1": (hidden, d), "b1": (hidden,), "w2": (d, hidden), "b2": (d,)}
@@ -198,15 +212,13 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
     y, x_grad, grads = whole_mlp(w, x, dy, activation)
 
     def body(c: Any) -> dict[str, Any]:
-        layer = mlp_class(w["w1"], w["b1"], w["w2"], w["b2"], c, activation)
-        held = {name: to_numpy(p.data).copy() for name, p in layer.named_parameters()}
-        phases, xt = Phases(c), Tensor(x.copy(), requires_grad=True)
+        bench, held = on_student(mlp_on_rank, mlp_class, c, w, activation)
+        phases = Phases(c)
         with phases("forward"):
-            out = layer(xt)
+            on_student(mlp_forward, bench, c, x)
         with phases("backward"):
-            (out * Tensor(dy)).sum().backward()
-        return dict(held=held, y=to_numpy(out.data), x_grad=xt.grad, sent=phases.sent,
-                    grads={name: p.grad for name, p in layer.named_parameters()})
+            on_student(backward_of, bench, c, "y", dy)
+        return dict(on_student(mlp_results, bench), held=held, sent=phases.sent)
 
     results, _ = run_ranks(body, world_size, what, block)
     part = hidden // world_size

@@ -20,6 +20,11 @@ the student's ``dispatch`` and ``send_back`` twice:
 functions in place of its own (nothing dropped) on P ranks against one
 process holding every expert: outputs, the input's gradient, each expert's
 gradient and the gate's (summed over the ranks).
+
+The rows are tensors and the layer a module, so each rank runs the
+student's functions through probes of ``lab08_ranks.py`` (a phase each),
+which when the lab is graded run in the kernel on a lent communicator; the
+traffic of each phase is counted in the grader between its requests.
 """
 
 from __future__ import annotations
@@ -29,13 +34,20 @@ from typing import Any
 
 import numpy as np
 
-from minidist.autograd import Tensor
-from minidist.backend import to_numpy
 from minidist.comm import alltoall, alltoallv
 from minidist.labkit.checks import CheckFailed, expect, expect_close
-from minidist.labkit.lab06_hotspots import plugged_in
+from minidist.labkit.lab06_hotspots import plugged_in  # noqa: F401 (the notebook's import)
 from minidist.labkit.lab08 import Phases, expect_traffic, per_rank
+from minidist.labkit.lab08_ranks import (
+    backward_of,
+    dispatch_phase,
+    dispatch_results,
+    dispatched,
+    moe_on_rank,
+    send_back_phase,
+)
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import on_student
 from minidist.parallel import moe
 
 LIBRARY_DISPATCH = ("lab08_moe_dispatch",)
@@ -94,9 +106,7 @@ def check_dispatch(dispatch: Callable[..., Any], send_back: Callable[..., Any],
             f"{lay['counts'].tolist()}")
 
     def only_dispatch(c: Any) -> tuple[np.ndarray, np.ndarray]:
-        received, table = dispatch(Tensor(lay["rows"][c.rank].copy()),
-                                   lay["counts"][c.rank].copy(), c)
-        return to_numpy(received.data), np.asarray(table)
+        return on_student(dispatched, dispatch, c, lay["rows"][c.rank], lay["counts"][c.rank])
 
     results, _ = run_ranks(only_dispatch, world_size, what, block)
     for rank, (received, table) in enumerate(results):
@@ -108,16 +118,17 @@ def check_dispatch(dispatch: Callable[..., Any], send_back: Callable[..., Any],
                f"{rank * lay['local']}..{(rank + 1) * lay['local'] - 1})")
 
     def there_and_back(c: Any) -> dict[str, Any]:
-        phases, rows = Phases(c), Tensor(lay["rows"][c.rank].copy(), requires_grad=True)
+        phases = Phases(c)
         with phases("dispatch"):
-            received, table = dispatch(rows, lay["counts"][c.rank].copy(), c)
+            bench = on_student(dispatch_phase, dispatch, c, lay["rows"][c.rank],
+                               lay["counts"][c.rank])
         mine = lay["scale"][c.rank * lay["local"]:(c.rank + 1) * lay["local"]]
-        done = received * Tensor(np.repeat(mine, lay["tables"][c.rank].sum(axis=0))[:, None])
+        scale = np.repeat(mine, lay["tables"][c.rank].sum(axis=0))[:, None]
         with phases("send_back"):
-            back = send_back(done, table, c)
+            on_student(send_back_phase, send_back, bench, c, scale)
         with phases("backward"):
-            (back * Tensor(lay["upstream"][c.rank])).sum().backward()
-        return dict(back=to_numpy(back.data), grad=rows.grad, sent=phases.sent)
+            on_student(backward_of, bench, c, "back", lay["upstream"][c.rank])
+        return dict(on_student(dispatch_results, bench), sent=phases.sent)
 
     results, _ = run_ranks(there_and_back, world_size, what, block)
     for rank, r in enumerate(results):
@@ -175,19 +186,16 @@ def check_moe_layer(dispatch: Callable[..., Any], send_back: Callable[..., Any],
     rng = np.random.default_rng(seed)
     x, dy = rng.normal(size=(world_size * tokens, d)), rng.normal(size=(world_size * tokens, d))
 
-    def run(c: Any) -> dict[str, Any]:
-        layer = moe.MoE(d, 2 * d, n_experts, top_k, capacity_factor=None, comm=c,
-                        dtype=np.float64, rng=seed)
-        mine = slice(c.rank * tokens, (c.rank + 1) * tokens) if c.size > 1 else slice(None)
-        xt = Tensor(x[mine], requires_grad=True)
-        y = layer(xt)
-        (y * Tensor(dy[mine])).sum().backward()
-        return dict(y=to_numpy(y.data), x_grad=xt.grad, gate=layer.gate.weight.grad,
-                    experts=[[p.grad for p in e.parameters()] for e in layer.experts])
+    def run(dispatch: Callable[..., Any], send_back: Callable[..., Any]) -> Callable:
+        def body(c: Any) -> dict[str, Any]:
+            mine = slice(c.rank * tokens, (c.rank + 1) * tokens) if c.size > 1 else slice(None)
+            return on_student(moe_on_rank, dispatch, send_back, c, (d, n_experts, top_k),
+                              seed, x[mine], dy[mine])
+        return body
 
-    one, = run_ranks(run, 1, f"{what} (one process)", block=())[0]
-    with plugged_in(moe, dispatch=dispatch, send_back=send_back):
-        results, _ = run_ranks(run, world_size, what, block)
+    one, = run_ranks(run(moe.dispatch, moe.send_back), 1, f"{what} (one process)",
+                     block=())[0]
+    results, _ = run_ranks(run(dispatch, send_back), world_size, what, block)
     rows = np.split(np.arange(world_size * tokens), world_size)
     for rank, r in enumerate(results):
         expect_close(f"{what}: rank {rank}'s output", r["y"], one["y"][rows[rank]], 1e-10, 1e-12)

@@ -17,54 +17,41 @@ library's optimiser of this rank's shard). Three claims, in this order:
 3. the traffic of each step: one ``reduce_scatter`` of the N gradients and
    one ``allgather`` of the shards padded to ceil(N/P), with or without their
    agreement checks, counted by the transport.
+
+Each rank builds its MLP and optimiser, runs backward and steps through
+probes of ``lab08_ranks.py``, so that when the lab is graded they live in
+the kernel (the optimiser keeps the lent communicator from one step to the
+next) and each step's traffic is counted in the grader.
 """
 
 from __future__ import annotations
 
 from itertools import product
-from types import FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
 
 from minidist.autograd import Tensor
-from minidist.comm import Communicator, allgather, allreduce, reduce_scatter
+from minidist.comm import allgather, allreduce, reduce_scatter
 from minidist.labkit.checks import CheckFailed, expect, expect_close
 from minidist.labkit.lab08 import Phases, expect_traffic, per_rank, traffic
+from minidist.labkit.lab08_ranks import (
+    class_of,
+    zero_backward,
+    zero_on_rank,
+    zero_results,
+    zero_stepped,
+)
 from minidist.labkit.ranks import run_ranks
+from minidist.labkit.remote import name_of, on_student
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
-from minidist.optim import Optimizer
-from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer, owned_bytes, values_held
+from minidist.parallel.zero import OPTIMIZERS, values_held
 from minidist.util import chunk_bounds
 
 LIBRARY_ZERO = ("lab08_zero_step",)
 HYPER = {"sgd": dict(lr=0.1, momentum=0.9), "adam": dict(lr=0.05)}
 STATES = {"sgd": 1, "adam": 2}  # K, the optimiser's values per parameter
-
-
-def kept_arrays(root: Any, skip: Any) -> tuple[list[Any], list[Any]]:
-    """Every array reachable from ``root`` through attributes, lists, tuples and dicts,
-    except through ``skip`` (the communicator, which keeps its own buffers); and those in
-    the state of an optimiser reachable so."""
-    seen, found, state, todo = set(), [], [], [root]
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen or obj is skip or isinstance(
-                obj, type | ModuleType | FunctionType | Communicator | str | int | float):
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, Optimizer):
-            state += [v for entry in obj.state.values() for v in entry.values()]
-        if type(obj).__name__ == "ndarray":  # numpy's or cupy's
-            found.append(obj)
-        elif isinstance(obj, dict):
-            todo += list(obj.values())
-        elif isinstance(obj, list | tuple | set | frozenset):
-            todo += list(obj)
-        elif hasattr(obj, "__dict__"):
-            todo += list(vars(obj).values())
-    return found, [a for a in state if type(a).__name__ == "ndarray"]
 
 
 def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: str,
@@ -73,9 +60,10 @@ def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: st
     """``zero_class(model.parameters(), c, optimizer, stage=stage, **HYPER[optimizer])``
     for ``steps`` steps on P ranks: weights, bytes kept and bytes sent per step."""
     __tracebackhide__ = True
-    what = (f"{zero_class.__name__}.step, ZeRO-{stage}, {optimizer}, P = {world_size}, "
+    what = (f"{name_of(zero_class)}.step, ZeRO-{stage}, {optimizer}, P = {world_size}, "
             f"MLP {sizes}, {steps} steps")
-    expect(isinstance(zero_class, type) and issubclass(zero_class, ShardedOptimizer),
+    is_class, sharded, _ = on_student(class_of, zero_class, "ShardedOptimizer")
+    expect(is_class and sharded,
            f"{what}: build your class on ShardedOptimizer (its __init__ sets up the flat "
            "vector, the shards and the optimiser of this rank's shard)")
     rng = np.random.default_rng(seed)
@@ -90,19 +78,16 @@ def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: st
         opt.step()
 
     def body(c: Any) -> dict[str, Any]:
-        model = MLP(sizes, dtype=np.float64, rng=seed + c.rank)  # rank 0's is broadcast
-        zero = zero_class(model.parameters(), c, optimizer, stage=stage, **HYPER[optimizer])
+        bench = on_student(zero_on_rank, zero_class, c, sizes, seed, optimizer, stage,
+                           HYPER[optimizer])
         phases = Phases(c)
         for t in range(steps):
-            zero.zero_grad()
             rows = slice(t * batch + c.rank * batch_per_rank,
                          t * batch + (c.rank + 1) * batch_per_rank)
-            cross_entropy(model(Tensor(x[rows])), y[rows]).backward()
+            on_student(zero_backward, bench, c, x[rows], y[rows])
             with phases(f"step {t + 1}"):
-                zero.step()
-        arrays, state = kept_arrays(zero, zero.comm)
-        return dict(weights=[np.array(p.data) for p in model.parameters()], sent=phases.sent,
-                    kept=owned_bytes(arrays), state=owned_bytes(state))
+                on_student(zero_stepped, bench, c)
+        return dict(on_student(zero_results, bench), sent=phases.sent)
 
     results, _ = run_ranks(body, world_size, what, block)
     for rank, r in enumerate(results):  # first: do the ranks agree?

@@ -64,10 +64,15 @@ def lendable(value: Any) -> bool:
 class Lending:
     """What one call of the student's code borrows from the grader, by number: a rank's
     communicators and the requests they made. ``numbers`` is the session's, so that a
-    number lent to one call never names an object of another."""
+    number lent to one call never names another object in another call; ``known`` (the
+    session's, by ``id``) lends an object lent before under the same number, so that
+    what the student's code kept of it in the kernel reaches it in this call too. An
+    operation may name only an object lent to this call, or a communicator of this
+    call's rank lent to an earlier one (``_adopt``)."""
 
-    def __init__(self, numbers: Iterator[int]) -> None:
-        self.numbers = numbers
+    def __init__(self, numbers: Iterator[int],
+                 known: dict[int, tuple[Any, int]] | None = None) -> None:
+        self.numbers, self.known = numbers, {} if known is None else known
         self.objects: dict[int, tuple[str, Any]] = {}
         self.receives: dict[int, np.ndarray] = {}  # id(request) -> the buffer it fills
         self.stats: Any = None  # the rank's counters, shared by all its communicators
@@ -75,17 +80,18 @@ class Lending:
         self.raised: Exception | None = None  # the last error an operation raised
 
     def lend(self, obj: Any) -> dict:
-        number = next(self.numbers)
+        before = self.known.get(id(obj))
+        number = before[1] if before is not None and before[0] is obj else next(self.numbers)
+        self.known[id(obj)] = (obj, number)
         if isinstance(obj, Request):
             self.objects[number] = ("request", obj)
             return {"$request": number}
         from minidist.labkit.ranks import reads_the_modelled_clock
-        from minidist.parallel.ps.worker import Worker
 
-        kind = "worker" if isinstance(obj, Worker) else "comm"
+        kind = kind_of(obj)
         self.objects[number] = (kind, obj)
         if self.stats is None:
-            self.stats = (obj if kind == "comm" else obj.c).stats
+            self.stats = stats_of(obj)
             self.modelled = reads_the_modelled_clock()
         if kind == "worker":
             return {"$worker": number}
@@ -138,11 +144,22 @@ class Lending:
                     raise wire.WireError("a queued request needs a new negative number")
                 self.objects[number] = ("request", result)
 
+    def _adopt(self, number: int) -> None:
+        """Lend to this call a communicator (or worker) of its rank that was lent to an
+        earlier call of the check cell under ``number``: one the student's code kept (a
+        Function's ``ctx.c``, an optimiser's ``self.comm``, a collective's duplicate)."""
+        for obj, known in self.known.values():
+            if (known == number and not isinstance(obj, Request) and self.stats is not None
+                    and stats_of(obj) is self.stats):
+                self.objects[number] = (kind_of(obj), obj)
+
     def _do(self, op: Any, decode: Callable[[Any], Any]) -> Any:
-        if not (isinstance(op, dict) and isinstance(op.get("on"), int)
-                and op["on"] in self.objects):
+        on = op.get("on") if isinstance(op, dict) else None
+        if isinstance(on, int) and on not in self.objects:
+            self._adopt(on)
+        if not (isinstance(on, int) and on in self.objects):
             raise wire.WireError("an operation must name an object lent to this call")
-        kind, target = self.objects[op["on"]]
+        kind, target = self.objects[on]
         method = op.get("method")
         if method not in METHODS[kind]:
             raise wire.WireError(f"{method!r:.40} cannot be called on a lent {kind}")
@@ -175,6 +192,18 @@ class Lending:
         if method == "combine":  # the kernel reduced the values; the shapes are charged here
             return target.combine(args[0], incoming(args[1]), incoming(args[2]), *args[3:])
         return getattr(target, method)(*args)  # barrier, split, dup, compute, price_as_part_of
+
+
+def kind_of(obj: Any) -> str:
+    """How a lent communicator or worker is named: "comm" or "worker"."""
+    from minidist.parallel.ps.worker import Worker
+
+    return "worker" if isinstance(obj, Worker) else "comm"
+
+
+def stats_of(obj: Any) -> Any:
+    """The counters of the rank a lent communicator or worker belongs to."""
+    return (obj.c if kind_of(obj) == "worker" else obj).stats
 
 
 def outgoing(spec: Any) -> Any:

@@ -7,6 +7,12 @@ communicator and answers with data. :class:`Link` is the way back for one
 call (the task ``serve.py`` runs it in) and the rank's counters as the
 grader last reported them. Nothing here is trusted: the student's code may
 change it, which changes only what it asks of the grader.
+
+A lent object outlives its call when the student's code keeps it (a
+Function's ``ctx.c``, an optimiser's ``self.comm``): used in a later call,
+it calls back through that call's link (``RUNNING``), and the grader
+answers if the object is that call's rank's (it lends an object under one
+number for the whole check cell, ``relay.Lending``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,19 @@ from minidist.comm import Communicator, LocalStats, Request, errors
 from minidist.comm.ops import reduce_into
 from minidist.labkit import wire
 from minidist.labkit.relay import COUNTERS
+
+RUNNING: list[Link] = []  # the link of the call running now (serve.py pushes and pops it)
+
+
+class Lent:
+    """A lent object of the kernel's side: it calls back through the link of the call
+    running now, or its own when none runs."""
+
+    _link: Link
+
+    @property
+    def link(self) -> Link:
+        return RUNNING[-1] if RUNNING else self._link
 
 
 class Link:
@@ -153,13 +172,13 @@ def fill(buf: np.ndarray, data: Any) -> None:
     buf[...] = data
 
 
-class RelayedRequest(Request):
+class RelayedRequest(Lent, Request):
     """A request made through a :class:`RelayedCommunicator`: the wait of a send is
     queued; the wait of a receive, and ``test``, ask the grader, and a completed receive
     lands in the student's buffer."""
 
     def __init__(self, link: Link, number: int, buf: np.ndarray | None) -> None:
-        self.link, self.number, self.buf = link, number, buf
+        self._link, self.number, self.buf = link, number, buf
 
     def wait(self) -> None:
         if self.buf is None:
@@ -174,12 +193,12 @@ class RelayedRequest(Request):
         return bool(done)
 
 
-class RelayedWorker:
+class RelayedWorker(Lent):
     """A parameter server's worker lent to the student's code (Lab 6): its ``pull`` and
     ``push`` are done by the grader's worker, on the rank's own communicator."""
 
     def __init__(self, link: Link, number: int) -> None:
-        self.link, self.number = link, number
+        self._link, self.number = link, number
 
     def pull(self, keys: Any) -> np.ndarray:
         return self.link.call(self.number, "pull", keys)
@@ -188,12 +207,12 @@ class RelayedWorker:
         return self.link.call(self.number, "push", keys, gradient)
 
 
-class RelayedCommunicator(Communicator):
+class RelayedCommunicator(Lent, Communicator):
     """Rank ``rank`` of ``size`` as the student's code holds it in the kernel: every
     operation is done by the grader, on the rank's own communicator (module docstring)."""
 
     def __init__(self, link: Link, number: int, rank: int, size: int) -> None:
-        self.link, self.number, self.rank, self.size = link, number, rank, size
+        self._link, self.number, self.rank, self.size = link, number, rank, size
 
     @property
     def stats(self) -> LocalStats:

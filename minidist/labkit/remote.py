@@ -116,6 +116,7 @@ class Session:
         self.channel = channel
         self.mirrors = Mirrors(first_id=1, step=1)
         self.numbers = itertools.count(1)  # of tasks and lent objects, never reused
+        self.lent: dict[int, tuple[Any, int]] = {}  # id -> (object, its number): relay.py
 
     def name(self, name: str) -> Remote:
         return Remote(self, ("name", name))
@@ -168,7 +169,7 @@ class Session:
         and the arrays it changed; return its result."""
         pending: list = []
         arrays: list = []
-        lending = Lending(self.numbers)
+        lending = Lending(self.numbers, self.lent)
         message = {"op": op, "path": list(path),
                    "args": self._encode(tuple(args), pending, lending, arrays),
                    "kwargs": self._encode(dict(kwargs), pending, lending, arrays),

@@ -155,11 +155,15 @@ class Call:
                     event = ("done", self.run())
                 else:
                     with self.link.clock():
-                        if self.greenlet is None:
-                            self.greenlet = greenlet(lambda: ("done", self.run()))
-                            event = self.greenlet.switch()
-                        else:
-                            event = self.greenlet.switch(request)
+                        relayed.RUNNING.append(self.link)
+                        try:
+                            if self.greenlet is None:
+                                self.greenlet = greenlet(lambda: ("done", self.run()))
+                                event = self.greenlet.switch()
+                            else:
+                                event = self.greenlet.switch(request)
+                        finally:
+                            relayed.RUNNING.pop()
                 kind, value = event
                 if kind == "call":
                     _state["calls"][self.link.task] = self

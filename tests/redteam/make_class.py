@@ -24,7 +24,8 @@ from pathlib import Path
 
 LAB = "lab01_autograd"
 LABS = ("lab01_autograd", "lab02_messages", "lab03_allreduce",  # the labs the class attacks
-        "lab04_data_parallel", "lab05_glove", "lab06_parameter_servers", "lab07_pipelines")
+        "lab04_data_parallel", "lab05_glove", "lab06_parameter_servers", "lab07_pipelines",
+        "lab08_model_parallel")
 TOKEN = "minidist-left-behind-7f3a"
 ATTACKS: dict[str, tuple[str, str, object, Callable]] = {}
 
@@ -456,6 +457,46 @@ def lab07_forges_the_log(nb: Notebook, course: dict) -> None:
            "        c.calls[:] = [call for i, call in enumerate(c.calls)\n"
            "                      if i == 0 or call != c.calls[i - 1]]\n"
            "    return inp, out\n")
+
+
+# ---- Lab 8 -------------------------------------------------------------------------------
+
+@attack("blank", "all", lab="lab08_model_parallel")
+def lab08_redefines_the_checks(nb: Notebook, course: dict) -> None:
+    """``task`` swallows every failure; every check of the lab, by name and in its
+    modules, does nothing."""
+    nb.prepend("answer_f_and_g", "from contextlib import contextmanager\n"
+               "import minidist.labkit.lab08 as l8, minidist.labkit.lab08_moe as l8m\n"
+               "import minidist.labkit.lab08_zero as l8z\n\n"
+               "@contextmanager\ndef task(name):\n    try:\n        yield\n"
+               "    except BaseException:\n        pass\n"
+               "    print(f'{name}: all checks passed.')\n\nnothing = lambda *a, **k: None\n"
+               "for module in (l8, l8m, l8z):\n    for name in dir(module):\n"
+               "        if name.startswith(('check', 'expect')):\n"
+               "            setattr(module, name, nothing)\n"
+               "check_f_and_g = check_mlp_split = check_dispatch = check_moe_layer = nothing\n"
+               "check_zero_step = nothing\n")
+
+
+@attack("solution", ["lab08_f_and_g"], lab="lab08_model_parallel")
+def lab08_forges_the_counters(nb: Notebook, course: dict) -> None:
+    """g's forward measures one allreduce, sends its partial output to every rank instead
+    (the right sum, other traffic), then writes the measured counts into its counters.
+    The check counts each phase's traffic on the grader's fabric."""
+    nb.set("answer_f_and_g", nb.source("answer_f_and_g") + "\n\n"
+           "class MySumOverRanks(Function):\n    @staticmethod\n"
+           "    def forward(ctx, partial, c):\n"
+           "        start = (c.stats.messages_sent, c.stats.bytes_sent)\n"
+           "        comm.allreduce(np.zeros_like(partial), c, check=False)\n"
+           "        wanted = (c.stats.messages_sent - start[0], "
+           "c.stats.bytes_sent - start[1])\n"
+           "        total = partial.copy()\n        for peer in range(c.size):\n"
+           "            if peer != c.rank:\n                c.send(partial, peer)\n"
+           "        for peer in range(c.size):\n            if peer != c.rank:\n"
+           "                total += c.recv(np.empty_like(partial), peer)\n"
+           "        c.stats.messages_sent = start[0] + wanted[0]\n"
+           "        c.stats.bytes_sent = start[1] + wanted[1]\n        return total\n\n"
+           "    @staticmethod\n    def backward(ctx, grad):\n        return grad, None\n")
 
 
 def filled(released: dict, solution: dict) -> dict:

@@ -1,0 +1,113 @@
+"""Lab 8's checks give the same verdict on the student's functions seen from the grader.
+
+As in ``test_grading_integrity.py``, both ends run in one process
+(``serve.answer`` as the channel). A Function, a layer and an optimiser are
+not data: each rank drives them phase by phase through probes
+(``labkit/lab08_ranks.py``) on a communicator the grader lends again to
+every phase, so the one a Function's forward or an optimiser kept still
+reaches its rank in a later phase; each phase's traffic is counted on the
+grader's fabric, out of reach of counters the student's code rewrites.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from notebook_source import SOLUTIONS
+from student_kernel import reached, verdict
+
+from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
+from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
+from minidist.labkit.lab08_zero import check_zero_step
+
+WRONG = '''
+class ForgingSum(Function):
+    """Measures one allreduce, sends its partial output to every rank instead (the right
+    sum, other traffic), then writes the measured counts into its counters."""
+
+    @staticmethod
+    def forward(ctx, partial, c):
+        start = (c.stats.messages_sent, c.stats.bytes_sent)
+        comm.allreduce(np.zeros_like(partial), c, check=False)
+        wanted = (c.stats.messages_sent - start[0], c.stats.bytes_sent - start[1])
+        total = partial.copy()
+        for peer in range(c.size):
+            if peer != c.rank:
+                c.send(partial, peer)
+        for peer in range(c.size):
+            if peer != c.rank:
+                total += c.recv(np.empty_like(partial), peer)
+        c.stats.messages_sent, c.stats.bytes_sent = start[0] + wanted[0], start[1] + wanted[1]
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class NoSum(Function):
+    @staticmethod
+    def forward(ctx, partial, c):
+        return partial
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class LibraryZeRO(ShardedOptimizer):
+    def step(self):
+        super().step()
+'''
+
+CHECKS = {
+    "f_and_g": lambda get: check_f_and_g(get("MyCopyToRanks"), get("MySumOverRanks"), 4,
+                                         (2, 3, 4), seed=11),
+    "no_sum": lambda get: check_f_and_g(get("MyCopyToRanks"), get("NoSum"), 2, (3, 4)),
+    "mlp_split": lambda get: check_mlp_split(get("MyParallelMLP"), 2, 6, 16, (2, 2, 3),
+                                             "tanh", seed=23),
+    "dispatch": lambda get: check_dispatch(get("dispatch"), get("send_back"), 4, 8, seed=31),
+    "moe_layer": lambda get: check_moe_layer(get("dispatch"), get("send_back"), 3, 3, 2,
+                                             seed=35),
+    "zero_step": lambda get: check_zero_step(get("MyZeRO"), 4, 2, "adam", [5, 6, 4], seed=43),
+    "library_zero": lambda get: check_zero_step(get("LibraryZeRO"), 2, 1, "sgd", [4, 7, 3]),
+}
+
+
+def solution_namespace() -> dict:
+    """The solution notebook's setup and answer cells, run; and the wrong answers."""
+    notebook = json.loads(next((SOLUTIONS / "lab08_model_parallel").glob("*.ipynb"))
+                          .read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell.get("id") == "setup" or meta.get("solution"):
+            exec("".join(cell["source"]), namespace)
+    exec(WRONG, namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    namespace = solution_namespace()
+    return namespace, reached(namespace)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("answer", sorted(CHECKS))
+def test_each_check_gives_the_local_verdict(kernel, answer):
+    namespace, remote = kernel
+    local = verdict(lambda: CHECKS[answer](namespace.__getitem__))
+    assert local == verdict(lambda: CHECKS[answer](remote))
+    assert (local == "passed") == (answer not in ("no_sum", "library_zero"))
+
+
+@pytest.mark.timeout(120)
+def test_the_traffic_of_each_phase_is_counted_on_the_graders_fabric(kernel):
+    namespace, remote = kernel
+    forged = lambda get: check_f_and_g(get("MyCopyToRanks"), get("ForgingSum"),  # noqa: E731
+                                       3, (5,), seed=1)
+    assert verdict(lambda: forged(namespace.__getitem__)) == "passed"
+    assert "g's forward sends one allreduce of the partial output" in verdict(
+        lambda: forged(remote))
