@@ -3,13 +3,17 @@
 ``reached(namespace)``: a student's namespace reached only through a
 ``Session`` over ``serve.answer`` (the channel the grader uses, without a
 kernel); ``verdict(check)``: what a check cell would print, "passed" or its
-one sentence.
+one sentence; ``solution_namespace(lab, extra)``: the namespace of a lab's
+solution notebook (its setup and answer cells run), with ``extra`` code run after.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
+
+from notebook_source import SOLUTIONS
 
 from minidist.labkit import CheckFailed, serve, task
 from minidist.labkit.remote import Session
@@ -28,3 +32,16 @@ def verdict(check: Callable[[], None]) -> str:
     except CheckFailed as failure:
         return str(failure)
     return "passed"
+
+
+def solution_namespace(lab: str, extra: str = "") -> dict:
+    """The setup and answer cells of ``lab``'s solution notebook, run; then ``extra``
+    (a test's wrong answers or forgers)."""
+    notebook = json.loads(next((SOLUTIONS / lab).glob("*.ipynb")).read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell.get("id") == "setup" or meta.get("solution"):
+            exec("".join(cell["source"]), namespace)
+    exec(extra, namespace)
+    return namespace

@@ -9,11 +9,8 @@ counters the student's code rewrites change nothing there.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from notebook_source import SOLUTIONS
-from student_kernel import reached, verdict
+from student_kernel import reached, solution_namespace, verdict
 
 from minidist.labkit.lab05 import (
     check_adagrad,
@@ -51,21 +48,9 @@ CHECKS = {
 }
 
 
-def solution_namespace() -> dict:
-    """The solution notebook's setup and answer cells, run; and the forger."""
-    notebook = json.loads(next((SOLUTIONS / "lab05_glove").glob("*.ipynb")).read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if cell.get("id") == "setup" or meta.get("solution"):
-            exec("".join(cell["source"]), namespace)
-    exec(FORGER, namespace)
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace()
+    namespace = solution_namespace("lab05_glove", FORGER)
     return namespace, reached(namespace)
 
 

@@ -11,11 +11,8 @@ the bytes the servers moved are counted on the grader's ranks.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from notebook_source import SOLUTIONS
-from student_kernel import reached, verdict
+from student_kernel import reached, solution_namespace, verdict
 
 from minidist.labkit.lab06 import (
     check_shard_update,
@@ -77,22 +74,9 @@ CHECKS = {
 }
 
 
-def solution_namespace() -> dict:
-    """The solution notebook's setup and answer cells, run; and the wrong answers."""
-    notebook = json.loads(next((SOLUTIONS / "lab06_parameter_servers").glob("*.ipynb"))
-                          .read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if cell.get("id") == "setup" or meta.get("solution"):
-            exec("".join(cell["source"]), namespace)
-    exec(WRONG, namespace)
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace()
+    namespace = solution_namespace("lab06_parameter_servers", WRONG)
     return namespace, reached(namespace)
 
 

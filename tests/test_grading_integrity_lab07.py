@@ -12,11 +12,8 @@ code rewrites change nothing there.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from notebook_source import SOLUTIONS
-from student_kernel import reached, verdict
+from student_kernel import reached, solution_namespace, verdict
 
 from minidist.labkit.lab07 import check_1f1b, check_exchange, check_gpipe
 from minidist.labkit.lab07_costs import check_bubble, check_checkpointing
@@ -74,21 +71,9 @@ CHECKS = {
 }
 
 
-def solution_namespace() -> dict:
-    """The solution notebook's setup and answer cells, run; and the wrong answers."""
-    notebook = json.loads(next((SOLUTIONS / "lab07_pipelines").glob("*.ipynb")).read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if cell.get("id") == "setup" or meta.get("solution"):
-            exec("".join(cell["source"]), namespace)
-    exec(WRONG, namespace)
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace()
+    namespace = solution_namespace("lab07_pipelines", WRONG)
     return namespace, reached(namespace)
 
 

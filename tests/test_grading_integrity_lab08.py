@@ -11,11 +11,8 @@ grader's fabric, out of reach of counters the student's code rewrites.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from notebook_source import SOLUTIONS
-from student_kernel import reached, verdict
+from student_kernel import reached, solution_namespace, verdict
 
 from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
 from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
@@ -75,22 +72,9 @@ CHECKS = {
 }
 
 
-def solution_namespace() -> dict:
-    """The solution notebook's setup and answer cells, run; and the wrong answers."""
-    notebook = json.loads(next((SOLUTIONS / "lab08_model_parallel").glob("*.ipynb"))
-                          .read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        meta = cell["metadata"].get("nbgrader", {})
-        if cell.get("id") == "setup" or meta.get("solution"):
-            exec("".join(cell["source"]), namespace)
-    exec(WRONG, namespace)
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace()
+    namespace = solution_namespace("lab08_model_parallel", WRONG)
     return namespace, reached(namespace)
 
 
