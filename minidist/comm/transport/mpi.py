@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from minidist import backend
 from minidist.comm.errors import PeerFailed
 from minidist.comm.transport import device
 from minidist.comm.transport.communicator import Communicator, Request
@@ -172,7 +173,7 @@ def named_failure(mpi_comm: MPI.Comm, err: MPI.Exception) -> Exception:
 
 
 def _check_contiguous(buf: np.ndarray, what: str) -> None:
-    if not ((isinstance(buf, np.ndarray) or device.direct(buf)) and buf.flags.c_contiguous):
+    if not ((isinstance(buf, np.ndarray) or backend.on_gpu(buf)) and buf.flags.c_contiguous):
         raise ValueError(f"{what} needs a C-contiguous numpy array "
                          f"(use np.ascontiguousarray), got {type(buf).__name__}")
 
