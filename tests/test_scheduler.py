@@ -1,5 +1,7 @@
 """The in-process ranks as cooperative tasks: deterministic, exact about deadlocks, and many."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from minidist import comm
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
 from minidist.comm.errors import RankError
+from minidist.comm.transport.scheduler import YOUNG_OBJECTS_PER_COLLECTION
 
 
 def serve_in_arrival_order(c):
@@ -111,3 +114,13 @@ def test_the_world_outside_a_run_has_no_scheduler_and_still_reports_its_wait():
     with pytest.raises(comm.CommError, match=r"rank 0: recv from rank 0 tag 2 never matched "
                                              r"\(deadlock"):
         c.recv(np.empty(1), 0, tag=2)
+
+
+def test_the_cycle_collector_runs_less_often_during_a_run_and_as_before_after_it():
+    before = gc.get_threshold()
+    seen = LocalCluster(2).run(lambda c: gc.get_threshold())
+    assert seen == [(YOUNG_OBJECTS_PER_COLLECTION, *before[1:])] * 2
+    assert gc.get_threshold() == before
+    with pytest.raises(RankError):  # restored when a rank fails, too
+        LocalCluster(2).run(lambda c: 1 / 0)
+    assert gc.get_threshold() == before
