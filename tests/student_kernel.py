@@ -3,7 +3,8 @@
 ``reached(namespace)``: a student's namespace reached only through a
 ``Session`` over ``serve.answer`` (the channel the grader uses, without a
 kernel); ``verdict(check)``: what a check cell would print, "passed" or its
-one sentence; ``solution_namespace(lab, extra)``: the namespace of a lab's
+one sentence; ``same_verdict(check, kernel)``: that verdict, asserted equal at
+both ends; ``solution_namespace(lab, extra)``: the namespace of a lab's
 solution notebook (its setup and answer cells run), with ``extra`` code run after.
 """
 
@@ -23,6 +24,21 @@ def reached(namespace: dict) -> Callable[[str], Any]:
     """The namespace's objects by name, each call crossing as data."""
     serve.reset()
     return Session(lambda text: serve.answer(text, namespace)).name
+
+
+def both_ends(namespace: dict) -> tuple[dict, Callable[[str], Any]]:
+    """``namespace`` itself, and its objects reached through the grader's channel."""
+    return namespace, reached(namespace)
+
+
+def same_verdict(check: Callable[[Callable[[str], Any]], None],
+                 kernel: tuple[dict, Callable[[str], Any]]) -> str:
+    """``check(get)``'s verdict on the student's own objects (``get`` takes a name),
+    asserted equal to the grader's, which reaches them through the channel."""
+    namespace, remote = kernel
+    local = verdict(lambda: check(namespace.__getitem__))
+    assert local == verdict(lambda: check(remote))
+    return local
 
 
 def verdict(check: Callable[[], None]) -> str:

@@ -10,7 +10,7 @@ fabric, and counters the student's code rewrites change nothing there.
 from __future__ import annotations
 
 import pytest
-from student_kernel import reached, verdict
+from student_kernel import both_ends, same_verdict, verdict
 
 from minidist.labkit.lab04 import (
     check_average_gradients,
@@ -135,15 +135,13 @@ CHECKS = {
 def kernel():
     namespace: dict = {}
     exec(STUDENT, namespace)
-    return namespace, reached(namespace)
+    return both_ends(namespace)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("answer", sorted(set(CHECKS) - {"average_forging_its_counters"}))
 def test_each_check_gives_the_local_verdict(kernel, answer):
-    namespace, remote = kernel
-    local = verdict(lambda: CHECKS[answer](namespace[answer]))
-    assert local == verdict(lambda: CHECKS[answer](remote(answer)))
+    local = same_verdict(lambda get: CHECKS[answer](get(answer)), kernel)
     assert (local == "passed") == (answer != "train_with_the_library")
     if answer == "train_with_the_library":
         assert "write your own" in local

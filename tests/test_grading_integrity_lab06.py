@@ -12,7 +12,7 @@ the bytes the servers moved are counted on the grader's ranks.
 from __future__ import annotations
 
 import pytest
-from student_kernel import reached, solution_namespace, verdict
+from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab06 import (
     check_shard_update,
@@ -76,8 +76,7 @@ CHECKS = {
 
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace("lab06_parameter_servers", WRONG)
-    return namespace, reached(namespace)
+    return both_ends(solution_namespace("lab06_parameter_servers", WRONG))
 
 
 def replication(get, read: str, write: str) -> None:
@@ -88,9 +87,7 @@ def replication(get, read: str, write: str) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("answer", sorted(CHECKS))
 def test_each_check_gives_the_local_verdict(kernel, answer):
-    namespace, remote = kernel
-    local = verdict(lambda: CHECKS[answer](namespace[answer]))
-    assert local == verdict(lambda: CHECKS[answer](remote(answer)))
+    local = same_verdict(lambda get: CHECKS[answer](get(answer)), kernel)
     assert (local == "passed") == answer.startswith(("My", "staleness", "choose"))
 
 
@@ -106,7 +103,5 @@ def test_the_replicated_rows_pass_through_a_lent_worker(kernel):
 @pytest.mark.timeout(120)
 def test_the_servers_traffic_is_counted_on_the_graders_ranks(kernel):
     """Pulling the hot rows fails alike: the bytes are the grader's server ranks'."""
-    namespace, remote = kernel
-    local = verdict(lambda: replication(namespace.get, "read_every_row", "write_rows"))
+    local = same_verdict(lambda get: replication(get, "read_every_row", "write_rows"), kernel)
     assert "never pulled from or pushed" in local
-    assert local == verdict(lambda: replication(remote, "read_every_row", "write_rows"))

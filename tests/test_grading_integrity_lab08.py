@@ -12,7 +12,7 @@ grader's fabric, out of reach of counters the student's code rewrites.
 from __future__ import annotations
 
 import pytest
-from student_kernel import reached, solution_namespace, verdict
+from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
 from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
@@ -74,16 +74,13 @@ CHECKS = {
 
 @pytest.fixture(scope="module")
 def kernel():
-    namespace = solution_namespace("lab08_model_parallel", WRONG)
-    return namespace, reached(namespace)
+    return both_ends(solution_namespace("lab08_model_parallel", WRONG))
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("answer", sorted(CHECKS))
 def test_each_check_gives_the_local_verdict(kernel, answer):
-    namespace, remote = kernel
-    local = verdict(lambda: CHECKS[answer](namespace.__getitem__))
-    assert local == verdict(lambda: CHECKS[answer](remote))
+    local = same_verdict(CHECKS[answer], kernel)
     assert (local == "passed") == (answer not in ("no_sum", "library_zero"))
 
 
