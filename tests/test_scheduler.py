@@ -10,6 +10,7 @@ from minidist import comm
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
 from minidist.comm.errors import RankError
+from minidist.comm.transport import scheduler
 from minidist.comm.transport.scheduler import YOUNG_OBJECTS_PER_COLLECTION
 
 
@@ -123,4 +124,17 @@ def test_the_cycle_collector_runs_less_often_during_a_run_and_as_before_after_it
     assert gc.get_threshold() == before
     with pytest.raises(RankError):  # restored when a rank fails, too
         LocalCluster(2).run(lambda c: 1 / 0)
+    assert gc.get_threshold() == before
+
+
+def test_overlapping_runs_restore_the_collector_when_the_last_one_ends():
+    """Runs that end out of order (one left running by a caller that timed out) leave
+    the collector raised until the last ends, and as before after it."""
+    before, raised = gc.get_threshold(), (YOUNG_OBJECTS_PER_COLLECTION, *gc.get_threshold()[1:])
+    first, second = scheduler._collecting_less_often(), scheduler._collecting_less_often()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold() == raised
+    second.__exit__(None, None, None)
     assert gc.get_threshold() == before

@@ -23,8 +23,10 @@ nothing the transport measures (its clocks are modelled).
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 from greenlet import greenlet
 
@@ -35,6 +37,8 @@ from minidist.comm.transport.fabric import Fabric
 # ranks keeps up to P^2 messages waiting in mailboxes (young objects, none in a
 # cycle), so a run collects a hundred times less often; cycles are still freed.
 YOUNG_OBJECTS_PER_COLLECTION = 100_000
+_runs = {"count": 0, "thresholds": gc.get_threshold()}  # runs under way, what they replaced
+_runs_lock = threading.Lock()
 
 
 def run_ranks(fabric: Fabric, bodies: list[Callable[[], None]]) -> None:
@@ -60,12 +64,27 @@ def run_ranks(fabric: Fabric, bodies: list[Callable[[], None]]) -> None:
     fabric.yield_turn = next_turn
     for rank in range(len(tasks)):
         fabric.queue_turn(rank)
-    thresholds = gc.get_threshold()
-    gc.set_threshold(YOUNG_OBJECTS_PER_COLLECTION, *thresholds[1:])
-    try:
+    with _collecting_less_often():
         _hand_out_turns(fabric, tasks)
+
+
+@contextlib.contextmanager
+def _collecting_less_often() -> Iterator[None]:
+    """The collector's threshold raised while any run is under way (runs may overlap:
+    one nested in a rank, or one left running by a timed-out caller), restored by the
+    last to end."""
+    with _runs_lock:
+        if _runs["count"] == 0:
+            _runs["thresholds"] = gc.get_threshold()
+            gc.set_threshold(YOUNG_OBJECTS_PER_COLLECTION, *_runs["thresholds"][1:])
+        _runs["count"] += 1
+    try:
+        yield
     finally:
-        gc.set_threshold(*thresholds)
+        with _runs_lock:
+            _runs["count"] -= 1
+            if _runs["count"] == 0:
+                gc.set_threshold(*_runs["thresholds"])
 
 
 def _hand_out_turns(fabric: Fabric, tasks: list[greenlet]) -> None:
