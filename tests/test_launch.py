@@ -14,6 +14,7 @@ import pytest
 
 import minidist.comm as comm
 from minidist.comm import RankError
+from minidist.comm.transport.mpirun import JOB_MARK
 from minidist.util.mpiexec import env_args, rank_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -21,6 +22,19 @@ mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
 needs_mpi = [pytest.mark.mpi, mpi_only]
 
 SCALE = 3.0  # a module global the shipped function reads: the module travels by value
+
+
+@pytest.fixture(autouse=True)
+def no_process_of_a_job_is_left():
+    """After each test, no process carries the mark of a job this process started
+    (``mpirun.JOB_MARK``): not even a rank in a session of its own whose proxy died."""
+    yield
+    left = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(JOB_MARK, "").startswith(f"{os.getpid()}-"):
+                left.append(" ".join(proc.cmdline()))
+    assert left == []
 
 
 def _helper(rank):

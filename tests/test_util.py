@@ -166,6 +166,30 @@ def test_a_process_tree_ends_whole_even_when_it_ignores_sigterm():
     root.stdout.close()
 
 
+# like an MPI rank whose proxy died as it started it: a session of its own, adopted by init
+ESCAPED_ORPHAN = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()  # out of the group and the session: only its environment tells whose it is
+    print(os.getpid(), flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(30)
+def test_an_orphan_in_a_session_of_its_own_ends_by_the_mark_in_its_environment():
+    mark = f"MINIDIST_TEST_JOB={os.getpid()}-orphan"
+    root = subprocess.Popen([sys.executable, "-c", ESCAPED_ORPHAN], stdout=subprocess.PIPE,
+                            start_new_session=True,
+                            env={**os.environ, "MINIDIST_TEST_JOB": mark.partition("=")[2]})
+    orphan = psutil.Process(int(root.stdout.readline()))
+    root.wait()  # the root has ended: neither its tree nor its group holds the orphan
+    assert _pgid(orphan.pid) == orphan.pid != root.pid
+    stop_process_tree(root, grace=0.5, mark=mark)
+    assert not alive(orphan)
+    root.stdout.close()
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)

@@ -6,12 +6,16 @@ thing, so each calls :func:`stop_process_tree`:
 
 1. note every descendant of each root (psutil walks the process tree), since
    a child whose parent dies is adopted by init and can no longer be found;
-2. SIGTERM the roots and their descendants, and the process group of a root
+2. SIGTERM the roots and their descendants, the process group of a root
    that leads a group of its own (``start_new_session=True``): a process that
-   double-forked out of the tree is still in the group;
+   double-forked out of the tree is still in the group; and, given a ``mark``
+   (``NAME=VALUE`` set in the roots' environment), every process whose
+   environment holds it: one that left the group too (``setsid``, as MPICH's
+   hydra does for each rank) and whose parent died before it could be noted;
 3. wait up to ``grace`` seconds for all of them to end (a rank flushes its
    output, a worker closes its shared memory);
-4. SIGKILL whatever is left, the same way, and reap the roots.
+4. SIGKILL whatever is left, the same way (twice: a process started by a
+   parent that only SIGKILL ended is found by the second), and reap the roots.
 
 A root is a ``subprocess.Popen`` or a ``multiprocessing.Process``, and is
 waited for through that object, so its ``returncode``/``exitcode`` stays right.
@@ -98,7 +102,20 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def stop_process_tree(*roots: Any, grace: float = KILL_GRACE) -> None:
+def _marked(mark: str | None) -> dict[int, psutil.Process]:
+    """The processes, other than this one, whose environment holds ``mark`` (NAME=VALUE)."""
+    if mark is None:
+        return {}
+    name, _, value = mark.partition("=")
+    found = {}
+    for process in psutil.process_iter():
+        with suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            if process.pid != os.getpid() and process.environ().get(name) == value:
+                found[process.pid] = process
+    return found
+
+
+def stop_process_tree(*roots: Any, grace: float = KILL_GRACE, mark: str | None = None) -> None:
     """End each root and every process it started: SIGTERM, ``grace`` seconds, SIGKILL.
 
     Returns once the roots are reaped and the rest is gone (or, for a process
@@ -110,10 +127,11 @@ def stop_process_tree(*roots: Any, grace: float = KILL_GRACE) -> None:
 
     def anything_left() -> bool:
         return (any(top.alive() for top in tops) or any(map(_running, family.values()))
-                or any(map(_group_alive, groups)))
+                or any(map(_group_alive, groups)) or any(map(_running, _marked(mark).values())))
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        family.update(_descendants(tops))                         # 1. the whole tree, now
+    for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGKILL):
+        family.update(_descendants(tops))                         # 1. the whole tree, now,
+        family.update(_marked(mark))                              # and the marked
         for top in tops:                                          # 2. / 4. signal it
             top.signal(sig)
         for pgid in groups:

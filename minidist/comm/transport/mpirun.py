@@ -26,7 +26,11 @@ stated time, with one line naming the rank, and leaves no process:
 3. **Nothing is left.** Whatever happened (the end, a death, a timeout, an
    interrupt), mpiexec, started in a session of its own, is stopped with
    every process it started (:func:`~minidist.util.processes.stop_process_tree`:
-   SIGTERM, then SIGKILL after ``KILL_GRACE`` seconds). One more step, because
+   SIGTERM, then SIGKILL after ``KILL_GRACE`` seconds), and with it every
+   process whose environment holds the job's :data:`JOB_MARK`: hydra puts
+   each rank in a session of its own, so a rank whose proxy died before it
+   could be noted (a job aborted while it started) is found by its mark,
+   not by its place in the tree. One more step, because
    a guard and its rank die together: the rank outlives its parent by an
    instant and, an orphan, waits (a zombie) until init reaps it, which can
    take a second. On Linux this process therefore adopts the job's orphans
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import itertools
 import math
 import os
 import re
@@ -62,6 +67,8 @@ from minidist.util.mpiexec import mpiexec_command, rank_environment
 from minidist.util.processes import KILL_GRACE, stop_process_tree
 
 DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
+JOB_MARK = "MINIDIST_JOB"  # in the environment of every process of a job: its identity
+_jobs = itertools.count()
 
 # $1..: the rank's command, run in the background so that $! is its pid. When the rank dies
 # by a signal, the guard says so at once (builtins only: a survivor that sees its peer gone may
@@ -133,14 +140,15 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
             grace: float = DEATH_GRACE) -> JobEnd:
     """Run an MPI job, relaying its output here, until it ends, a rank has been dead for
     ``grace`` seconds, or ``timeout`` seconds have passed; then stop all of it."""
+    job_id = f"{os.getpid()}-{next(_jobs)}"  # 3. every process of this job carries it
     with _adopting_orphans() as known:
-        job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+        job = subprocess.Popen(command, env={**env, JOB_MARK: job_id}, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True)
         known.add(job.pid)  # not an orphan: the Popen reaps it
-        return _follow(job, timeout, grace)
+        return _follow(job, timeout, grace, f"{JOB_MARK}={job_id}")
 
 
-def _follow(job: subprocess.Popen, timeout: float | None, grace: float) -> JobEnd:
+def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: str) -> JobEnd:
     deaths: list[Death] = []
     tail: list[str] = []
     news = threading.Event()  # the job ended, or a guard reported a death
@@ -163,7 +171,7 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float) -> JobEn
                 break
             news.wait(None if limit == math.inf else limit - time.monotonic())
     finally:
-        stop_process_tree(job)  # 3. nothing outlives the job, whatever happened
+        stop_process_tree(job, mark=mark)  # 3. nothing outlives the job, whatever happened
         ended = time.monotonic()
         for helper in helpers:
             helper.join(KILL_GRACE)
