@@ -194,6 +194,14 @@ def test_ring_on_mpi():
     check_ring_on_mpi(ring.ring_allreduce, 3, 10, dtype="int64", block=LIBRARY)
 
 
+def test_task_6_judges_the_bytes_on_in_process_ranks_before_starting_mpi():
+    """The dry run's traffic is counted where the check runs (the grader's ranks when
+    graded), so counters forged in the MPI processes cannot keep Task 6."""
+    with pytest.raises(CheckFailed, match=r"on in-process ranks first, 960 bytes were sent in "
+                       r"all; a ring sends 2\(P-1\)N = 320, so it was not started on MPI"):
+        check_ring_on_mpi(whole_vector_ring, 3, 10, dtype="int64", block=LIBRARY)
+
+
 def not_done(x, c, op="sum"):
     raise NotImplementedError()
 

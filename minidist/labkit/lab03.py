@@ -25,12 +25,14 @@ A "ring" that passes the whole vector around gets the right values and
 fails at 2; one that calls the library fails at once (it is blocked).
 :func:`check_ring_on_mpi` runs a ring on real MPI processes (after a dry run
 on in-process ranks, so that a broken ring fails in a sentence, not in MPI's
-abort messages) and checks the values and the bytes the MPI transport counted.
+abort messages, and whose bytes are counted here) and checks the values and
+the bytes the MPI transport counted.
 
 When the lab is graded the student's functions live in the kernel and the
 ranks here: a rank's communicator is lent to the student's code
 (``relay.py``), so traffic, reductions, rounds, the modelled time and the
-order of calls are the grader's. The MPI run of Task 6 starts in the kernel.
+order of calls are the grader's. The MPI run of Task 6 starts in the kernel
+(its counters are the kernel's report); its dry run's bytes are the grader's.
 """
 
 from __future__ import annotations
@@ -221,22 +223,26 @@ def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
 
     The MPI job starts where ``ring`` lives (a probe, ``remote.on_student``): when the
     lab is graded, in the student's kernel, so its counters are the student's processes'
-    (``grading/README.md``); the dry run on in-process ranks counts on the grader's."""
+    (``grading/README.md``). So the bytes are judged first on a dry run on in-process
+    ranks, whose traffic is counted where the check runs (the grader's ranks)."""
     __tracebackhide__ = True
     what = f"ring allreduce on MPI, P = {world_size}, {n} x {dtype}"
     data = rank_inputs(world_size, n, dtype, seed)
+    expected = 2 * (world_size - 1) * data[0].nbytes
     try:  # a dry run first: a ring that raises or hangs fails here, in one sentence
-        run_ranks(lambda c: ring(data[c.rank].copy(), c), world_size, what, block)
+        _, stats = run_ranks(lambda c: ring(data[c.rank].copy(), c), world_size, what, block)
     except CheckFailed as failure:
         raise CheckFailed(f"your ring_allreduce of Task 3 fails on in-process ranks, so it "
                           f"was not started on MPI: {failure}") from None
+    total = sum(s.bytes_sent for s in stats)
+    expect(total == expected, f"{what}: on in-process ranks first, {total} bytes were sent in "
+           f"all; a ring sends 2(P-1)N = {expected}, so it was not started on MPI")
     runs = on_student(ring_on_mpi, ring, data, block, what)
     for rank, (in_place, _, _) in enumerate(runs):
         expect(in_place, f"{what}: rank {rank} returned a new array; reduce in place, into x "
                "itself, and return x")
     expect_result(what, [x for _, x, _ in runs], [x for _, x, _ in runs], data, "sum")
     total = sum(sent for _, _, sent in runs)
-    expected = 2 * (world_size - 1) * data[0].nbytes
     expect(total == expected, f"{what}: {total} bytes sent through the communicator in all, "
            f"a ring sends 2(P-1)N = {expected}")
 

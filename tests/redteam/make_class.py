@@ -270,12 +270,12 @@ def lab02_forges_the_counters(nb: Notebook, course: dict) -> None:
 
 # ---- Lab 3 -------------------------------------------------------------------------------
 
-@attack("solution", ["lab03_ring"], lab="lab03_allreduce")  # Task 6: NOT guaranteed (README)
+@attack("solution", ["lab03_ring", "lab03_ring_mpi"], lab="lab03_allreduce")
 def lab03_forges_the_counters(nb: Notebook, course: dict) -> None:
     """A "ring" that passes whole vectors round (the right values, P-1 times the bytes),
     then writes the ring's bytes and messages into its counters and the text's calls
-    into the check's log. The in-process check counts on the grader's fabric; the MPI
-    run of Task 6 counts in the student's own processes, which it forges."""
+    into the check's log. The MPI run of Task 6 counts in the student's own processes,
+    which it forges; but Task 3 and Task 6's dry run count on the grader's fabric."""
     nb.set("answer_ring", "def ring_allreduce(x, c, op='sum'):\n"
            "    p, passing = c.size, x.copy()\n    incoming = np.empty_like(x)\n"
            "    for _ in range(p - 1):\n"
