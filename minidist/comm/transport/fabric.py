@@ -5,10 +5,11 @@ cooperative tasks (``scheduler.py``): one runs at a time, and it gives the
 turn away only when it must wait. The fabric does three things:
 
 1. **Matching, as MPI does it.** A message is addressed by
-   ``(communicator, source, dest, tag)``. Messages with the same address
-   match receives with that address in the order both were posted (FIFO);
-   a message with no receive yet waits in a mailbox, a receive with no
-   message yet waits in a list of posted receives.
+   ``(communicator, source, dest, tag)`` (the communicator by its
+   :meth:`channel`). Messages with the same address match receives with
+   that address in the order both were posted (FIFO); a message with no
+   receive yet waits in a mailbox, a receive with no message yet waits in
+   a list of posted receives.
 2. **Collective rendezvous** (barrier, split): every member puts a value
    on a table and waits until all members have; each gets the whole table.
 3. **Blocking that explains itself.** A rank that must wait says what for
@@ -31,7 +32,7 @@ turn away only when it must wait. The fabric does three things:
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -97,8 +98,11 @@ class Fabric:
     """Shared state of one in-process run of ``size`` ranks."""
 
     size: int
-    mailboxes: dict[Hashable, deque[Message]] = field(default_factory=lambda: defaultdict(deque))
-    posted: dict[Hashable, deque[PostedRecv]] = field(default_factory=lambda: defaultdict(deque))
+    # FIFO queues by address, kept only while they hold something: a collective on a
+    # thousand ranks may leave a million addresses with one message each
+    mailboxes: dict[Hashable, list[Message]] = field(default_factory=dict)
+    posted: dict[Hashable, list[PostedRecv]] = field(default_factory=dict)
+    channels: dict[Hashable, int] = field(default_factory=dict)  # communicator context -> id
     tables: dict[Hashable, dict[int, object]] = field(default_factory=dict)
     readers: dict[Hashable, int] = field(default_factory=dict)
     waiting: dict[int, Wait] = field(default_factory=dict)  # world rank -> its wait
@@ -110,16 +114,21 @@ class Fabric:
     yield_turn: Callable[[], None] | None = None  # set by the scheduler running the ranks
 
     # --- 1. matching -------------------------------------------------------------
+    def channel(self, context: Hashable) -> int:
+        """A small number for a communicator's context: the first part of the addresses
+        its messages carry (a number is hashed faster than the nested tuple)."""
+        return self.channels.setdefault(context, len(self.channels))
+
     def deliver(self, address: Hashable, message: Message, receiver: int) -> None:
         """Hand ``message`` to the oldest receive posted for ``address``, else queue it;
         ``receiver`` (a world rank) is woken if it waits."""
         receivers = self.posted.get(address)
         if receivers:
-            receivers.popleft().take(message)
+            _first_out(self.posted, address, receivers).take(message)
             self.wake(receiver)
         else:
             message.data = message.data.copy()
-            self.mailboxes[address].append(message)
+            _append(self.mailboxes, address, message)
 
     def post_recv(self, address: Hashable, buf: np.ndarray) -> PostedRecv:
         """Take the oldest queued message for ``address`` into ``buf``, else register the
@@ -127,12 +136,12 @@ class Fabric:
         receive = PostedRecv(buf)
         queued = self.mailboxes.get(address)
         if queued:
-            message = queued.popleft()
+            message = _first_out(self.mailboxes, address, queued)
             receive.take(message)
             if message.rendezvous:
                 self.wake(message.sender)
         else:
-            self.posted[address].append(receive)
+            _append(self.posted, address, receive)
         return receive
 
     # --- 2. collective rendezvous -----------------------------------------------------
@@ -240,3 +249,19 @@ class Fabric:
             else:
                 states.append(f"rank {rank} is still running")
         return "; ".join(states) or "no peer"
+
+
+def _append(queues: dict[Hashable, list], address: Hashable, item: object) -> None:
+    queue = queues.get(address)
+    if queue is None:
+        queues[address] = [item]
+    else:
+        queue.append(item)
+
+
+def _first_out(queues: dict[Hashable, list], address: Hashable, queue: list) -> object:
+    """The oldest item of ``queue`` (that of ``address``), off it; an emptied queue goes."""
+    if len(queue) == 1:
+        del queues[address]
+        return queue[0]
+    return queue.pop(0)  # a list: queues are short, and one item long is the usual case

@@ -73,8 +73,13 @@ from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.ops import reduce_into
 from minidist.comm.transport import device
 from minidist.comm.transport.communicator import Communicator, Request
-from minidist.comm.transport.fabric import Fabric, Message, Wait
-from minidist.comm.transport.local_requests import RecvRequest, SendRequest
+from minidist.comm.transport.fabric import Fabric, Message, PostedRecv, Wait
+from minidist.comm.transport.local_requests import (
+    RecvRequest,
+    SendRequest,
+    finish_recv,
+    finish_send,
+)
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
 
@@ -114,6 +119,7 @@ class LocalCommunicator(Communicator):
     def __init__(self, fabric: Fabric, state: RankState, members: list[int],
                  context: tuple = ("world",)) -> None:
         self.fabric, self.state, self.members, self.context = fabric, state, members, context
+        self.channel = fabric.channel(context)
         self.rank = members.index(state.world_rank)
         self.size = len(members)
 
@@ -127,6 +133,41 @@ class LocalCommunicator(Communicator):
         if not isinstance(buf, np.ndarray):  # a device array: through a host copy
             return device.isend(self, buf, dest, tag)
         self._enter("send", dest, tag, buf)
+        return SendRequest(self, self._post_send(buf, dest, tag), dest, tag)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
+            return device.irecv(self, buf, source, tag)
+        self._enter("recv", source, tag, buf)
+        stats = self.state.stats
+        posted_at = (stats.seconds.now, stats.latencies.now)
+        return RecvRequest(self, self._post_recv(buf, source, tag), buf, source, tag, posted_at)
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
+                 sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
+        """As :meth:`Communicator.sendrecv` (the receive posted, then the send, then both
+        waited for), building a request only for a half that must wait: a ring's step
+        on a thousand ranks is mostly this call."""
+        if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)):
+            return super().sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
+        self._enter("recv", source, recvtag, recvbuf)
+        stats = self.state.stats
+        posted_at = (stats.seconds.now, stats.latencies.now)
+        posted = self._post_recv(recvbuf, source, recvtag)
+        self._enter("send", dest, sendtag, sendbuf)
+        message = self._post_send(sendbuf, dest, sendtag)
+        if posted.message is None or posted.message.data is not recvbuf:
+            RecvRequest(self, posted, recvbuf, source, recvtag, posted_at).wait()
+        else:
+            finish_recv(stats, posted.message, posted_at)
+        if message.rendezvous and not message.matched:
+            SendRequest(self, message, dest, sendtag).wait()
+        else:
+            finish_send(stats, message)
+        return recvbuf
+
+    def _post_send(self, buf: np.ndarray, dest: int, tag: int) -> Message:
+        """Rule 1's start, the counters, and the message handed to the fabric."""
         state, stats, net = self.state, self.state.stats, self.state.prices
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
@@ -140,19 +181,15 @@ class LocalCommunicator(Communicator):
         rendezvous = state.eager_limit is not None and buf.nbytes > state.eager_limit
         message = Message(buf, start, cost, start_round, state.world_rank, rendezvous)
         # communication: copied into dest's posted receive, or to wait in its mailbox
-        self.fabric.deliver((self.context, self.rank, dest, tag), message, self.members[dest])
-        return SendRequest(self, message, dest, tag)
+        self.fabric.deliver((self.channel, self.rank, dest, tag), message, self.members[dest])
+        return message
 
-    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
-        if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
-            return device.irecv(self, buf, source, tag)
-        self._enter("recv", source, tag, buf)
+    def _post_recv(self, buf: np.ndarray, source: int, tag: int) -> PostedRecv:
+        """The receive handed to the fabric: matched at once if its message is waiting."""
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
-        posted = self.fabric.post_recv((self.context, source, self.rank, tag), buf)
-        stats = self.state.stats
-        return RecvRequest(self, posted, buf, source, tag,
-                            (stats.seconds.now, stats.latencies.now))
+        # communication: the oldest message from `source` with `tag`, now or when it comes
+        return self.fabric.post_recv((self.channel, source, self.rank, tag), buf)
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
         self.isend(buf, dest, tag).wait()

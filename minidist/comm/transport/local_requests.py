@@ -9,6 +9,9 @@ that finds the request incomplete lets the other ranks run before it returns
 A request is also its own :class:`~minidist.comm.transport.fabric.Wait`: it says
 what it waits for (``what``), whether that has happened (``done()``) and who
 could make it happen (``peers()``), so blocking on it builds nothing.
+How a send and a receive complete is written once (:func:`finish_send`,
+:func:`finish_recv`); ``LocalCommunicator.sendrecv`` completes its two halves
+with them, building a request only for a half that must wait.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from minidist.comm.transport.fabric import Message, PostedRecv
 
 if TYPE_CHECKING:
     from minidist.comm.transport.local import LocalCommunicator
+    from minidist.comm.transport.stats import LocalStats
 
 
 class PointToPoint(Request):
@@ -62,10 +66,7 @@ class SendRequest(PointToPoint):
         self._complete()
 
     def _complete(self) -> None:
-        """The transfer has left the outgoing link (rule 1): m(n), one round after it began."""
-        message, stats = self.message, self.comm.state.stats
-        stats.seconds.wait_until(message.start + message.cost)
-        stats.latencies.wait_until(message.start_round + 1)
+        finish_send(self.comm.state.stats, self.message)
 
 
 class RecvRequest(PointToPoint):
@@ -104,9 +105,21 @@ class RecvRequest(PointToPoint):
         if data is not buf:  # it did not fit (Message's docstring)
             raise ValueError(f"rank {self.rank}: {self.what}: message is "
                              f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
-        stats = self.comm.state.stats
-        stats.seconds.finish_recv(message.start, self.posted_at[0], message.cost)
-        stats.latencies.finish_recv(message.start_round, self.posted_at[1], 1)
-        stats.messages_recv += 1
-        stats.bytes_recv += data.nbytes
+        finish_recv(self.comm.state.stats, message, self.posted_at)
         self.completed = True
+
+
+def finish_send(stats: LocalStats, message: Message) -> None:
+    """A send completes when its transfer has left the outgoing link (rule 1): m(n),
+    one round after it began."""
+    stats.seconds.wait_until(message.start + message.cost)
+    stats.latencies.wait_until(message.start_round + 1)
+
+
+def finish_recv(stats: LocalStats, message: Message, posted_at: tuple[float, float]) -> None:
+    """A receive posted at ``posted_at`` (seconds, rounds) completes with ``message``
+    (rule 2), and is counted."""
+    stats.seconds.finish_recv(message.start, posted_at[0], message.cost)
+    stats.latencies.finish_recv(message.start_round, posted_at[1], 1)
+    stats.messages_recv += 1
+    stats.bytes_recv += message.data.nbytes

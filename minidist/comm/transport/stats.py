@@ -63,7 +63,9 @@ class Timeline:
 
     def finish_recv(self, start: float, posted_at: float, cost: float) -> None:
         """A receive posted at ``posted_at`` completes a transfer that started at ``start``."""
-        begin = max(start, posted_at, self.recv_free)
+        begin = start if start > posted_at else posted_at  # max() of three, without a call
+        if self.recv_free > begin:
+            begin = self.recv_free
         self.recv_free = begin + cost
         if self.recv_free > self.now:
             self.now = self.recv_free
