@@ -33,10 +33,12 @@ from greenlet import greenlet
 from minidist.comm.transport.fabric import Fabric
 
 # Python's cycle collector runs after every 700 new objects by default, and each
-# run of an older generation walks every live object. A collective on a thousand
-# ranks keeps up to P^2 messages waiting in mailboxes (young objects, none in a
-# cycle), so a run collects a hundred times less often; cycles are still freed.
-YOUNG_OBJECTS_PER_COLLECTION = 100_000
+# collection walks every object still alive in the generations it collects. A
+# collective on a thousand ranks keeps up to P^2 messages waiting in mailboxes
+# (young objects, none in a cycle; a message makes about ten objects), so a run
+# collects after a million new objects, when most of those made since the last
+# collection are gone; cycles are still freed, at most a million objects late.
+YOUNG_OBJECTS_PER_COLLECTION = 1_000_000
 _runs = {"count": 0, "thresholds": gc.get_threshold()}  # runs under way, what they replaced
 _runs_lock = threading.Lock()
 
