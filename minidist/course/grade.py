@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minidist.course import isolation
-from minidist.course.release import build_course, nbgrader_env
+from minidist.course.release import NBGRADER, build_course, nbgrader_env
 from minidist.course.settings import known_labs, limits_for
 from minidist.course.submissions import Submission, collect
 
@@ -199,7 +199,7 @@ class Grader:
                        limits.processes))
         (private / "home").mkdir()
         (private / "staging").mkdir()
-        command = [sys.executable, "-m", "nbgrader", "autograde", sub.lab, "--force",
+        command = [*NBGRADER, "autograde", sub.lab, "--force",
                    f"--student={sub.student}", f"--CourseDirectory.root={course}"]
         try:
             returncode, log = isolation.run_isolated(command, course, env,
@@ -239,7 +239,7 @@ class Grader:
 
     def _write_feedback(self, course: Path, sub: Submission, env: dict[str, str],
                         result: GradeResult) -> None:
-        command = [sys.executable, "-m", "nbgrader", "generate_feedback", sub.lab, "--force",
+        command = [*NBGRADER, "generate_feedback", sub.lab, "--force",
                    f"--student={sub.student}", f"--CourseDirectory.root={course}"]
         env = {k: v for k, v in env.items() if k != "MINIDIST_SANDBOX"}
         returncode, log = isolation.run_isolated(command, course, env, timeout=120)

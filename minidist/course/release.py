@@ -24,6 +24,8 @@ from pathlib import Path
 from minidist.course.settings import known_labs
 from minidist.util.mpiexec import ONE_THREAD
 
+NBGRADER = [sys.executable, "-m", "minidist.course.nbgrader_cli"]  # `nbgrader`, faster to start
+
 
 def nbgrader_env(home: Path | None = None) -> dict[str, str]:
     """The environment of an nbgrader subprocess: the venv's bin/ first (nbgrader runs alembic)."""
@@ -38,7 +40,7 @@ def nbgrader_env(home: Path | None = None) -> dict[str, str]:
 def run_nbgrader(args: list[str], course: Path, timeout: float = 300,
                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` with ``course`` as course root (and working directory)."""
-    command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course}",
+    command = [*NBGRADER, *args, f"--CourseDirectory.root={course}",
                f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}"]
     return subprocess.run(command, cwd=course, env=env or nbgrader_env(course),
                           capture_output=True, text=True, timeout=timeout,
