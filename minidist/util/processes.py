@@ -119,7 +119,7 @@ def stop_process_tree(*roots: Any, grace: float = KILL_GRACE, mark: str | None =
     """End each root and every process it started: SIGTERM, ``grace`` seconds, SIGKILL.
 
     Returns once the roots are reaped and the rest is gone (or, for a process
-    that even SIGKILL cannot end at once, after ``grace`` more seconds).
+    that even SIGKILL cannot end at once, after two more ``grace`` periods).
     """
     tops = [_Root(p) for p in roots if p.pid is not None]  # None: a Process never started
     groups = [top.pid for top in tops if top.leads_own_group()]
