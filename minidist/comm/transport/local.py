@@ -132,16 +132,13 @@ class LocalCommunicator(Communicator):
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         if not isinstance(buf, np.ndarray):  # a device array: through a host copy
             return device.isend(self, buf, dest, tag)
-        self._enter("send", dest, tag, buf)
         return SendRequest(self, self._post_send(buf, dest, tag), dest, tag)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         if not isinstance(buf, np.ndarray):  # a device array: through a host buffer
             return device.irecv(self, buf, source, tag)
-        self._enter("recv", source, tag, buf)
-        stats = self.state.stats
-        posted_at = (stats.seconds.now, stats.latencies.now)
-        return RecvRequest(self, self._post_recv(buf, source, tag), buf, source, tag, posted_at)
+        posted, posted_at = self._post_recv(buf, source, tag)
+        return RecvRequest(self, posted, buf, source, tag, posted_at)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
@@ -150,12 +147,9 @@ class LocalCommunicator(Communicator):
         on a thousand ranks is mostly this call."""
         if not (isinstance(sendbuf, np.ndarray) and isinstance(recvbuf, np.ndarray)):
             return super().sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
-        self._enter("recv", source, recvtag, recvbuf)
-        stats = self.state.stats
-        posted_at = (stats.seconds.now, stats.latencies.now)
-        posted = self._post_recv(recvbuf, source, recvtag)
-        self._enter("send", dest, sendtag, sendbuf)
+        posted, posted_at = self._post_recv(recvbuf, source, recvtag)
         message = self._post_send(sendbuf, dest, sendtag)
+        stats = self.state.stats
         if posted.message is None or posted.message.data is not recvbuf:
             RecvRequest(self, posted, recvbuf, source, recvtag, posted_at).wait()
         else:
@@ -167,7 +161,8 @@ class LocalCommunicator(Communicator):
         return recvbuf
 
     def _post_send(self, buf: np.ndarray, dest: int, tag: int) -> Message:
-        """Rule 1's start, the counters, and the message handed to the fabric."""
+        """Checked, then rule 1's start, the counters, and the message handed to the fabric."""
+        self._enter("send", dest, tag, buf)
         state, stats, net = self.state, self.state.stats, self.state.prices
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
@@ -184,12 +179,17 @@ class LocalCommunicator(Communicator):
         self.fabric.deliver((self.channel, self.rank, dest, tag), message, self.members[dest])
         return message
 
-    def _post_recv(self, buf: np.ndarray, source: int, tag: int) -> PostedRecv:
-        """The receive handed to the fabric: matched at once if its message is waiting."""
+    def _post_recv(self, buf: np.ndarray, source: int,
+                   tag: int) -> tuple[PostedRecv, tuple[float, float]]:
+        """Checked, then handed to the fabric (matched at once if its message is waiting);
+        with the clocks, (seconds, rounds), at which it was posted."""
+        self._enter("recv", source, tag, buf)
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
+        stats = self.state.stats
         # communication: the oldest message from `source` with `tag`, now or when it comes
-        return self.fabric.post_recv((self.channel, source, self.rank, tag), buf)
+        posted = self.fabric.post_recv((self.channel, source, self.rank, tag), buf)
+        return posted, (stats.seconds.now, stats.latencies.now)
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
         self.isend(buf, dest, tag).wait()
