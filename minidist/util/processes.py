@@ -127,7 +127,7 @@ def stop_process_tree(*roots: Any, grace: float = KILL_GRACE, mark: str | None =
 
     def anything_left() -> bool:
         return (any(top.alive() for top in tops) or any(map(_running, family.values()))
-                or any(map(_group_alive, groups)) or any(map(_running, _marked(mark).values())))
+                or any(map(_group_alive, groups)))
 
     for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGKILL):
         family.update(_descendants(tops))                         # 1. the whole tree, now,
@@ -143,7 +143,8 @@ def stop_process_tree(*roots: Any, grace: float = KILL_GRACE, mark: str | None =
         deadline = time.monotonic() + grace                       # 3. wait for it
         while anything_left() and time.monotonic() < deadline:
             time.sleep(0.02)
-        if not anything_left():
+        family.update(_marked(mark))  # read once a stage (each read opens every process's
+        if not anything_left():       # environment): one started meanwhile is still caught
             break
     for top in tops:
         top.reap()
