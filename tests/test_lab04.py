@@ -9,6 +9,8 @@ sentence that names the claim (Task 5's are in ``test_lab04_straggler.py``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from notebook_source import SOLUTIONS, answer_function, code
@@ -23,12 +25,12 @@ from minidist.labkit.lab04 import (
     check_lr_schedule,
     mean_loss,
 )
-from minidist.labkit.lab04_ranks import reference_average
+from minidist.labkit.lab04_ranks import GradientAverager, averaging_with
 from minidist.optim import SGD
 from minidist.optim.schedules import linear_scaling
 from minidist.parallel import buckets
 from minidist.parallel.buckets import plan_buckets
-from minidist.parallel.ddp import DataParallel
+from minidist.parallel.replicas import broadcast_parameters
 
 SOLUTION = SOLUTIONS / "lab04_data_parallel" / "lab04_data_parallel.ipynb"
 SHAPES = [(4, 3), (3,), (3, 5), (5,), (40,), (2, 2)]
@@ -45,15 +47,18 @@ def library_allreduce_in_buckets(params, c, bucket_bytes, first_bucket_bytes=Non
             offset += params[i].size
 
 
-def ddp_train(c, model, x, y, batch_per_rank, steps, lr, average) -> None:
-    """Training with ``DataParallel`` (which broadcasts and averages by itself)."""
-    ddp = DataParallel(model, c, bucket_mb=1e-4)
-    optimizer = SGD(ddp.parameters(), lr=lr)
+def library_train(c, model, x, y, batch_per_rank, steps, lr, average) -> None:
+    """Training with the library's parts: ``DataParallel``'s broadcast of rank 0's weights,
+    rank r's rows, ``average`` (``DataParallel`` itself averages during backward, which
+    ``test_ddp.py`` holds to one process)."""
+    broadcast_parameters(model, c)
+    optimizer = SGD(model.parameters(), lr=lr)
     for t in range(steps):
         start = (t * c.size + c.rank) * batch_per_rank
         rows = slice(start, start + batch_per_rank)
         optimizer.zero_grad()
-        mean_loss(ddp, x[rows], y[rows]).backward()
+        mean_loss(model, x[rows], y[rows]).backward()
+        average(model, c)
         optimizer.step()
 
 
@@ -65,6 +70,9 @@ def test_the_library_planner_is_the_solution_line_for_line():
 @pytest.mark.lab04_average_gradients
 @pytest.mark.parametrize("world_size, batch", [(1, 3), (3, 2), (4, 5)])
 def test_average_gradients(world_size, batch):
+    def reference_average(model, c):  # as Tasks 3 and 5 get it
+        averaging_with(GradientAverager(c))(model, c)
+
     check_average_gradients(reference_average, world_size, batch, [5, 7, 3], seed=world_size,
                             block=())
 
@@ -159,7 +167,7 @@ def test_bucketed_allreduce_rejects_one_allreduce_per_tensor_and_a_float64_buffe
 @pytest.mark.lab04_equivalence
 @pytest.mark.parametrize("world_size, batch, steps", [(1, 4, 2), (2, 3, 3), (4, 2, 3)])
 def test_equivalence(world_size, batch, steps):
-    check_equivalence(ddp_train, world_size, batch, steps, lr=0.5, sizes=[6, 8, 3], seed=4,
+    check_equivalence(library_train, world_size, batch, steps, lr=0.5, sizes=[6, 8, 3], seed=4,
                       block=())
 
 
@@ -178,8 +186,9 @@ def test_equivalence_rejects_rank_zero_weights_not_broadcast_and_whole_batches()
     with pytest.raises(CheckFailed, match="rank 0's final weights"):
         check_equivalence(no_broadcast, 2, 3, 2, lr=0.5, sizes=[6, 8, 3])
 
-    def whole_batch(c, model, x, y, batch_per_rank, steps, lr, average):
-        """Every rank alone on the whole global batch: the right weights, P times the work."""
+    def whole_batch(c, model, x, y, batch_per_rank, steps, lr, average, averages=False):
+        """Every rank alone on the whole global batch: the right weights, P times the work
+        (and, with ``averages``, an average of P equal gradients)."""
         for p in model.parameters():
             p.data[...] = broadcast(p.data, c)
         optimizer = SGD(model.parameters(), lr=lr)
@@ -188,10 +197,18 @@ def test_equivalence_rejects_rank_zero_weights_not_broadcast_and_whole_batches()
             rows = slice(t * global_batch, (t + 1) * global_batch)
             optimizer.zero_grad()
             mean_loss(model, x[rows], y[rows]).backward()
+            if averages:
+                average(model, c)
             optimizer.step()
 
-    with pytest.raises(CheckFailed, match=r"rank 0 ran forward on \[6, 6\] rows"):
+    with pytest.raises(CheckFailed, match=r"rank 0 called average\(model, c\) 0 times in 2 "
+                                          r"steps; each step averages once"):
         check_equivalence(whole_batch, 2, 3, 2, lr=0.5, sizes=[6, 8, 3])
+    with pytest.raises(CheckFailed, match=r"rank 0's gradient before averaging in step 0 \(one "
+                                          r"forward and backward on its own b = 3 rows, "
+                                          r"x\[0:3\], at the step's weights\) of parameter 0"):
+        check_equivalence(functools.partial(whole_batch, averages=True), 2, 3, 2, lr=0.5,
+                          sizes=[6, 8, 3])
 
 
 @pytest.mark.lab04_lr_schedule

@@ -74,8 +74,8 @@ def test_straggler(world_size, slow_rank, delay, steps):
                           "inside wait holds every rank until the last one arrives"),
     (dict(extra_comm=True), r"rank 0's comm in step 0 lasted .* the modelled cost of one "
                             r"average\(model, c\)"),
-    (dict(whole=True), r"rank 0 ran forward on \[12, 12, 12\] rows; each step runs one forward "
-                       "on the rank's own b = len"),
+    (dict(whole=True), r"rank 0's gradient before averaging in step 0 \(one forward and "
+                       r"backward on its own b = 4 rows, x\[0:4\], at the step's weights\)"),
     (dict(lr=0.01), r"rank 0's weights after training \(one process: 3 SGD steps, lr 0.1, on "
                     "all rows\\) of parameter 0: differs"),
 ])

@@ -17,7 +17,9 @@ sentence that names the claim:
    traffic is that of one ``comm.allreduce`` per bucket;
 3. equivalence: P ranks with batch b, k SGD steps, end with the weights one
    process reaches with batch P·b (each rank starts from *different*
-   weights, so rank 0's must be broadcast) and read only b rows a step;
+   weights, so rank 0's must be broadcast), and the gradients each rank hands
+   to ``average`` at each step are those of its own b rows (the averaging is
+   done by the grader's ``GradientAverager``, which sees them);
 4. learning-rate schedule: values against ``optim.schedules.linear_scaling``;
 5. straggler (``lab04_straggler.py``): a trace on the modelled clock, exact.
 
@@ -41,14 +43,16 @@ from minidist.comm import allreduce
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
 from minidist.labkit.lab04_ranks import (
-    CountingMLP,
+    GradientAverager,
     average_on_rank,
     buckets_on_rank,
     fake_params,
+    gradients_on,
     grads_of,
     make_data,
     mean_loss,
     plan_of,
+    seeded_mlp,
     train_on_rank,
 )
 from minidist.labkit.ranks import run_ranks
@@ -70,6 +74,26 @@ def expect_same_arrays(what: str, got: list[Any], expected: list[np.ndarray],
     __tracebackhide__ = True
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         expect_close(f"{what} of parameter {i}", g, e, rtol=rtol, atol=atol)
+
+
+def expect_own_rows_averaged(what: str, rank: int, received: list[list[np.ndarray]],
+                             expected: list[list[np.ndarray]], rows: Callable[[int], str],
+                             batch_per_rank: int) -> None:
+    """Rank ``rank`` called ``average`` once per step, each time with the gradients of its
+    own ``batch_per_rank`` rows (``rows(t)`` names them) at that step's weights:
+    ``received`` is what the grader's averager got, ``expected[t]`` the reference's."""
+    __tracebackhide__ = True
+    steps = len(expected)
+    expect(len(received) == steps, f"{what}: rank {rank} called average(model, c) "
+           f"{len(received)} times in {steps} steps; each step averages once, after one "
+           f"forward and backward on the rank's own b = {batch_per_rank} rows")
+    for t, (got, own) in enumerate(zip(received, expected, strict=True)):
+        expect(len(got) == len(own), f"{what}: rank {rank} averaged {len(got)} gradients in "
+               f"step {t}; the model has {len(own)} parameters")
+        expect_same_arrays(f"{what}: rank {rank}'s gradient before averaging in step {t} "
+                           f"(one forward and backward on its own b = {batch_per_rank} rows, "
+                           f"{rows(t)}, at the step's weights)", got, own, rtol=1e-8,
+                           atol=1e-10)
 
 
 def traffic_of_allreduces(world_size: int, buffers: list[tuple[int, Any]],
@@ -106,7 +130,7 @@ def check_average_gradients(average_gradients: Callable[[Any, Any], None], world
     __tracebackhide__ = True
     what = f"average_gradients, P = {world_size}, b = {batch_per_rank}, MLP {sizes}"
     x, y = make_data(world_size * batch_per_rank, sizes, seed)
-    reference = CountingMLP(sizes, seed)
+    reference = seeded_mlp(sizes, seed)
     mean_loss(reference, x, y).backward()
 
     def body(c: Any) -> list[np.ndarray]:
@@ -204,33 +228,44 @@ def check_equivalence(train_data_parallel: Callable[..., Any], world_size: int,
                       seed: int = 0, block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> None:
     """Rank r's model starts from seed ``seed + r``; after ``train_data_parallel`` every rank
     must hold the weights of one process (seed ``seed``) after ``steps`` SGD steps on rows
-    t·B..(t+1)·B-1, B = P·b, each rank running one forward of b rows per step. The check
-    passes ``average`` (Task 1's answer, the library's) so this task stands alone."""
+    t·B..(t+1)·B-1, B = P·b, each rank running one forward and backward of its own b rows
+    per step: the gradients it hands to ``average`` (Task 1's answer, done by the grader's
+    :class:`GradientAverager`, so that this task stands alone) are checked against them."""
     __tracebackhide__ = True
     what = (f"train_data_parallel, P = {world_size}, b = {batch_per_rank}, {steps} steps, "
             f"lr = {lr:g}")
     global_batch = world_size * batch_per_rank
     x, y = make_data(global_batch * steps, sizes, seed)
-    reference = CountingMLP(sizes, seed)
+    reference = seeded_mlp(sizes, seed)
     optimizer = SGD(reference.parameters(), lr=lr)
+
+    def own_rows(t: int, rank: int) -> slice:
+        start = t * global_batch + rank * batch_per_rank
+        return slice(start, start + batch_per_rank)
+
+    own = []  # own[t][r]: the gradient of rank r's rows at step t's weights
     for t in range(steps):
+        own.append([gradients_on(reference, x[own_rows(t, r)], y[own_rows(t, r)])
+                    for r in range(world_size)])
         rows = slice(t * global_batch, (t + 1) * global_batch)
         optimizer.zero_grad()
         mean_loss(reference, x[rows], y[rows]).backward()
         optimizer.step()
 
-    def body(c: Any) -> tuple[list[np.ndarray], list[int]]:
-        return on_student(train_on_rank, train_data_parallel, c, sizes, seed, x, y,
-                          batch_per_rank, steps, lr)
+    def body(c: Any) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        averager = GradientAverager(c)
+        weights = on_student(train_on_rank, train_data_parallel, c, averager, sizes, seed, x,
+                             y, batch_per_rank, steps, lr)
+        return weights, averager.received
 
     results, _ = run_ranks(body, world_size, what, block)
     expected = [p.data for p in reference.parameters()]
-    for rank, (params, rows_seen) in enumerate(results):
-        expect(rows_seen == [batch_per_rank] * steps, f"{what}: rank {rank} ran forward on "
-               f"{rows_seen} rows; each rank should run one forward of b = {batch_per_rank} "
-               f"rows per step, {steps} steps")
+    for rank, (params, received) in enumerate(results):
         expect_same_arrays(f"{what}: rank {rank}'s final weights", params, expected,
                            rtol=1e-8, atol=1e-10)
+        expect_own_rows_averaged(
+            what, rank, received, [own[t][rank] for t in range(steps)],
+            lambda t, r=rank: f"x[{own_rows(t, r).start}:{own_rows(t, r).stop}]", batch_per_rank)
 
 
 # --- Task 4: linear scaling with warm-up ---------------------------------------------------

@@ -5,13 +5,18 @@ the student's code in another process (``remote.py``). Each rank's part of
 a check is therefore a probe (``remote.on_student``): a function here that
 builds the rank's model from numbers (sizes, a seed, rows of data), runs
 the student's function on it with the rank's communicator, and returns
-data: gradients, weights, the rows each forward saw, a trace. When the lab
-is graded, the probe runs in the student's kernel on a communicator the
-grader lends (``relay.py``), so every message, byte and modelled second is
-counted on the grader's fabric; the check that reads the returned data and
-the reference it compares with stay in the grader (``lab04.py``,
-``lab04_straggler.py``). What the probe reports that is not traffic (the
-rows a forward saw) is the kernel's word (``grading/README.md``).
+data: gradients, weights, a trace. When the lab is graded, the probe runs
+in the student's kernel on a communicator the grader lends (``relay.py``),
+so every message, byte and modelled second is counted on the grader's
+fabric; the check that reads the returned data and the reference it
+compares with stay in the grader (``lab04.py``, ``lab04_straggler.py``).
+
+Tasks 3 and 5 hand the student's training an ``average(model, c)`` (Task
+1's answer) whose averaging is done by a :class:`GradientAverager`, lent
+like the communicator: the gradients each rank computed before averaging
+reach the grader, which compares them with the gradient of that rank's own
+b rows. A rank that ran forward on other rows (the whole global batch, say)
+is seen there, whatever its kernel says.
 """
 
 from __future__ import annotations
@@ -27,16 +32,9 @@ from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 
 
-class CountingMLP(MLP):
-    """An MLP (float64, weights from ``seed``) that notes the rows of each forward call."""
-
-    def __init__(self, sizes: list[int], seed: int) -> None:
-        super().__init__(list(sizes), dtype=np.float64, rng=np.random.default_rng(seed))
-        object.__setattr__(self, "rows_seen", [])
-
-    def forward(self, x: Any) -> Any:
-        self.rows_seen.append(len(x))
-        return super().forward(x)
+def seeded_mlp(sizes: list[int], seed: int) -> MLP:
+    """An MLP of float64 layers ``sizes``, its weights drawn from ``seed``."""
+    return MLP(list(sizes), dtype=np.float64, rng=np.random.default_rng(seed))
 
 
 def make_data(rows: int, sizes: list[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -50,12 +48,43 @@ def mean_loss(model: Any, x: np.ndarray, y: np.ndarray) -> Any:
     return cross_entropy(model(Tensor(x)), y)
 
 
-def reference_average(model: Any, c: Any) -> None:
-    """Task 1's answer, given to later tasks so they do not depend on yours: each gradient
-    summed over the ranks with ``comm.allreduce``, divided by P."""
+def gradients_on(model: Any, x: np.ndarray, y: np.ndarray) -> list[np.ndarray | None]:
+    """The gradients of ``mean_loss`` on the rows ``x``, ``y`` at ``model``'s weights."""
     for p in model.parameters():
-        # communication: this parameter's gradient, summed over all ranks
-        p.grad = allreduce(p.grad, c) / c.size
+        p.grad = None
+    mean_loss(model, x, y).backward()
+    return grads_of(model.parameters())
+
+
+class GradientAverager:
+    """Task 1's answer, given to later tasks so they do not depend on yours: each gradient
+    summed over the ranks of ``c`` with ``comm.allreduce``, divided by P. It keeps the
+    gradients of each call (``received``): what the rank computed before averaging.
+
+    It lives where the check runs; a graded answer gets it lent (``relay.py``), so its
+    allreduces run on the grader's ranks and ``received`` is kept there."""
+
+    def __init__(self, c: Any) -> None:
+        self.c, self.received = c, []
+
+    def average(self, grads: Any) -> list[np.ndarray]:
+        if not (isinstance(grads, list) and all(isinstance(g, np.ndarray) for g in grads)):
+            raise TypeError("average(model, c) needs every parameter's gradient: run "
+                            "backward before average (a parameter's .grad is None)")
+        self.received.append([np.array(g) for g in grads])
+        # communication: each parameter's gradient, summed over all ranks
+        return [allreduce(g, self.c) / self.c.size for g in grads]
+
+
+def averaging_with(averager: Any) -> Callable[[Any, Any], None]:
+    """``average(model, c)`` as Tasks 3 and 5 receive it: the model's gradients replaced
+    by their average over the ranks, done by ``averager`` (a lent one, when graded)."""
+    def average(model: Any, c: Any) -> None:
+        params = list(model.parameters())
+        for p, mean in zip(params, averager.average([p.grad for p in params]), strict=True):
+            p.grad = mean
+
+    return average
 
 
 def grads_of(params: Any) -> list[np.ndarray | None]:
@@ -79,7 +108,7 @@ def average_on_rank(average_gradients: Callable[[Any, Any], None], c: Any, sizes
                     seed: int, x: np.ndarray, y: np.ndarray) -> list[np.ndarray | None]:
     """Task 1: backward on this rank's rows ``x``, ``y``, then ``average_gradients``; the
     gradients."""
-    model = CountingMLP(sizes, seed)
+    model = seeded_mlp(sizes, seed)
     mean_loss(model, x, y).backward()
     average_gradients(model, c)
     return grads_of(model.parameters())
@@ -103,22 +132,21 @@ def buckets_on_rank(allreduce_in_buckets: Callable[..., None], c: Any,
     return grads_of(mine)
 
 
-def train_on_rank(train_data_parallel: Callable[..., Any], c: Any, sizes: list[int],
-                  seed: int, x: np.ndarray, y: np.ndarray, batch_per_rank: int, steps: int,
-                  lr: float) -> tuple[list[np.ndarray], list[int]]:
-    """Task 3: ``train_data_parallel`` from weights of ``seed + c.rank``; the weights and
-    the rows of each forward."""
-    model = CountingMLP(sizes, seed + c.rank)
-    train_data_parallel(c, model, x, y, batch_per_rank, steps, lr, reference_average)
-    return [np.array(p.data) for p in model.parameters()], model.rows_seen
+def train_on_rank(train_data_parallel: Callable[..., Any], c: Any, averager: Any,
+                  sizes: list[int], seed: int, x: np.ndarray, y: np.ndarray,
+                  batch_per_rank: int, steps: int, lr: float) -> list[np.ndarray]:
+    """Task 3: ``train_data_parallel`` from weights of ``seed + c.rank``, averaging with
+    ``averager``; the weights."""
+    model = seeded_mlp(sizes, seed + c.rank)
+    train_data_parallel(c, model, x, y, batch_per_rank, steps, lr, averaging_with(averager))
+    return [np.array(p.data) for p in model.parameters()]
 
 
-def timed_on_rank(timed_steps: Callable[..., Any], c: Any, sizes: list[int], x: np.ndarray,
-                  y: np.ndarray, steps: int, slow_rank: int,
-                  delay: float) -> tuple[list[tuple], list[np.ndarray], list[int]]:
-    """Task 5: ``timed_steps`` from the weights of seed 0; its trace, the weights and the
-    rows of each forward."""
-    model = CountingMLP(sizes, seed=0)
-    trace = timed_steps(c, model, x, y, steps, slow_rank, delay, reference_average)
-    return ([tuple(i) for i in trace], [np.array(p.data) for p in model.parameters()],
-            model.rows_seen)
+def timed_on_rank(timed_steps: Callable[..., Any], c: Any, averager: Any, sizes: list[int],
+                  x: np.ndarray, y: np.ndarray, steps: int, slow_rank: int,
+                  delay: float) -> tuple[list[tuple], list[np.ndarray]]:
+    """Task 5: ``timed_steps`` from the weights of seed 0, averaging with ``averager``; its
+    trace and the weights."""
+    model = seeded_mlp(sizes, seed=0)
+    trace = timed_steps(c, model, x, y, steps, slow_rank, delay, averaging_with(averager))
+    return [tuple(i) for i in trace], [np.array(p.data) for p in model.parameters()]

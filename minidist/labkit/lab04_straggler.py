@@ -27,12 +27,18 @@ from typing import Any
 import numpy as np
 
 from minidist.labkit.checks import expect
-from minidist.labkit.lab04 import LIBRARY_DATA_PARALLEL, expect_same_arrays
+from minidist.labkit.lab04 import (
+    LIBRARY_DATA_PARALLEL,
+    expect_own_rows_averaged,
+    expect_same_arrays,
+)
 from minidist.labkit.lab04_ranks import (
-    CountingMLP,
+    GradientAverager,
+    averaging_with,
+    gradients_on,
     make_data,
     mean_loss,
-    reference_average,
+    seeded_mlp,
     timed_on_rank,
 )
 from minidist.labkit.ranks import run_ranks
@@ -44,15 +50,16 @@ ROWS_PER_RANK = 4
 
 
 def modelled_cost_of_average(world_size: int, sizes: list[int], steps: int) -> list[list[float]]:
-    """Per rank, per step: modelled seconds of ``reference_average`` right after a barrier."""
+    """Per rank, per step: modelled seconds of the ``average`` that ``timed_steps`` gets,
+    right after a barrier."""
     def body(c: Any) -> list[float]:
-        model = CountingMLP(sizes, seed=0)
+        model = seeded_mlp(sizes, seed=0)
         mean_loss(model, *make_data(ROWS_PER_RANK, sizes, seed=c.rank)).backward()
-        costs = []
+        average, costs = averaging_with(GradientAverager(c)), []
         for _ in range(steps):
             c.barrier()
             start = c.stats.clock
-            reference_average(model, c)
+            average(model, c)
             costs.append(c.stats.clock - start)
         return costs
 
@@ -64,22 +71,29 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
                     block: tuple[str, ...] = LIBRARY_DATA_PARALLEL) -> list[Any]:
     """``timed_steps(c, model, x, y, steps, slow_rank, delay, average)`` returns a trace
     ``[(kind, lane, start, end), ...]`` on the modelled clock. Each step: compute, wait,
-    comm, lasting what the module docstring says; every rank ran one forward on its own
-    rows per step and ends with one process's weights. Returns the traces."""
+    comm, lasting what the module docstring says; every rank averaged, once a step, the
+    gradient of its own rows (the grader's ``GradientAverager`` sees it) and ends with one
+    process's weights. Returns the traces."""
     __tracebackhide__ = True
     what = f"timed_steps, P = {world_size}, rank {slow_rank} {delay:g} s slower per step"
     x, y = make_data(world_size * ROWS_PER_RANK, list(sizes), seed=world_size)
-    reference = CountingMLP(list(sizes), seed=0)  # one process: SGD, lr 0.1, all the rows
+    reference = seeded_mlp(list(sizes), seed=0)  # one process: SGD, lr 0.1, all the rows
     optimizer = SGD(reference.parameters(), lr=0.1)
+    b = ROWS_PER_RANK
+    own = []  # own[t][r]: the gradient of rank r's rows at step t's weights
     for _ in range(steps):
+        own.append([gradients_on(reference, x[r * b:(r + 1) * b], y[r * b:(r + 1) * b])
+                    for r in range(world_size)])
         optimizer.zero_grad()
         mean_loss(reference, x, y).backward()
         optimizer.step()
     comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
 
-    def body(c: Any) -> tuple[list[Any], list[np.ndarray], list[int]]:
-        return on_student(timed_on_rank, timed_steps, c, list(sizes), x, y, steps, slow_rank,
-                          delay)
+    def body(c: Any) -> tuple[list[Any], list[np.ndarray], list[list[np.ndarray]]]:
+        averager = GradientAverager(c)
+        trace, weights = on_student(timed_on_rank, timed_steps, c, averager, list(sizes), x,
+                                    y, steps, slow_rank, delay)
+        return trace, weights, averager.received
 
     results, _ = run_ranks(body, world_size, what, block)
     traces = [trace for trace, _, _ in results]
@@ -108,14 +122,13 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
             got, e = seconds[kind][rank][t], expected[rank][t]
             expect(_same(got, e), f"{what}: rank {rank}'s {kind} in step {t} lasted {got:.9g} "
                    f"s{why.format(e=e)}")
-    for rank, (_, _, rows_seen) in enumerate(results):
-        expect(rows_seen == [ROWS_PER_RANK] * steps, f"{what}: rank {rank} ran forward on "
-               f"{rows_seen} rows; each step runs one forward on the rank's own "
-               f"b = len(x) // P = {ROWS_PER_RANK} rows")
     for rank, (_, params, _) in enumerate(results):
         expect_same_arrays(f"{what}: rank {rank}'s weights after training (one process: "
                            f"{steps} SGD steps, lr 0.1, on all rows)", params,
                            [p.data for p in reference.parameters()])
+    for rank, (_, _, received) in enumerate(results):
+        expect_own_rows_averaged(what, rank, received, [own[t][rank] for t in range(steps)],
+                                 lambda t, r=rank: f"x[{r * b}:{(r + 1) * b}]", b)
     return traces
 
 

@@ -31,6 +31,8 @@ into the student's buffer.
 A parameter server's worker (Lab 6) is lent the same way (``$worker``):
 its ``pull`` and ``push`` are done by the grader's worker on the rank's
 communicator, so what reaches the servers is counted on the grader's ranks.
+So is Lab 4's gradient averager (``$average``): its ``average`` is done by
+the grader's, which keeps the gradients each rank handed it.
 """
 
 from __future__ import annotations
@@ -49,16 +51,26 @@ METHODS = {  # what the student's code may ask of each kind of lent object
                        "split", "dup", "combine", "compute", "price_as_part_of"}),
     "request": frozenset({"wait", "test"}),
     "worker": frozenset({"pull", "push"}),
+    "average": frozenset({"average"}),
 }
+BY_METHODS = ("worker", "average")  # lent objects that are not communicators or requests
+
+
+def lent_kinds() -> dict[str, type]:
+    """The classes of the objects lent by their methods (``BY_METHODS``), by kind."""
+    from minidist.labkit.lab04_ranks import GradientAverager
+    from minidist.parallel.ps.worker import Worker
+
+    return {"worker": Worker, "average": GradientAverager}
 
 
 def lendable(value: Any) -> bool:
     """Whether ``value`` is lent rather than sent: a communicator (or a check's wrapper
-    of one, ``ranks.MessageLog``), a request, or a parameter server's worker."""
+    of one, ``ranks.MessageLog``), a request, a parameter server's worker or Lab 4's
+    gradient averager."""
     from minidist.labkit.ranks import MessageLog
-    from minidist.parallel.ps.worker import Worker
 
-    return isinstance(value, (Communicator, MessageLog, Request, Worker))
+    return isinstance(value, (Communicator, MessageLog, Request, *lent_kinds().values()))
 
 
 class Lending:
@@ -93,8 +105,8 @@ class Lending:
         if self.stats is None:
             self.stats = stats_of(obj)
             self.modelled = reads_the_modelled_clock()
-        if kind == "worker":
-            return {"$worker": number}
+        if kind in BY_METHODS:
+            return {f"${kind}": number}
         return {"$comm": [number, obj.rank, obj.size, self.modelled]}
 
     def resolve(self, kind: str, payload: Any) -> Any:
@@ -145,7 +157,7 @@ class Lending:
                 self.objects[number] = ("request", result)
 
     def _adopt(self, number: int) -> None:
-        """Lend to this call a communicator (or worker) of its rank that was lent to an
+        """Lend to this call a communicator (or worker, or averager) of its rank that was lent to an
         earlier call of the check cell under ``number``: one the student's code kept (a
         Function's ``ctx.c``, an optimiser's ``self.comm``, a collective's duplicate)."""
         for obj, known in self.known.values():
@@ -169,7 +181,7 @@ class Lending:
         return self._perform(kind, target, method, args)
 
     def _perform(self, kind: str, target: Any, method: str, args: list) -> Any:
-        if kind == "worker":  # pull(keys), push(keys, gradient): the grader's worker's
+        if kind in BY_METHODS:  # a worker's pull and push, an averager's average: the grader's
             return getattr(target, method)(*args)
         if kind == "request":
             done = target.test() if method == "test" else target.wait() or True
@@ -195,15 +207,13 @@ class Lending:
 
 
 def kind_of(obj: Any) -> str:
-    """How a lent communicator or worker is named: "comm" or "worker"."""
-    from minidist.parallel.ps.worker import Worker
-
-    return "worker" if isinstance(obj, Worker) else "comm"
+    """How a lent object other than a request is named: "comm", "worker" or "average"."""
+    return next((kind for kind, cls in lent_kinds().items() if isinstance(obj, cls)), "comm")
 
 
 def stats_of(obj: Any) -> Any:
-    """The counters of the rank a lent communicator or worker belongs to."""
-    return (obj.c if kind_of(obj) == "worker" else obj).stats
+    """The counters of the rank a lent communicator, worker or averager belongs to."""
+    return (obj.c if kind_of(obj) in BY_METHODS else obj).stats
 
 
 def outgoing(spec: Any) -> Any:

@@ -70,6 +70,8 @@ class Link:
             return RelayedRequest(self, payload, None)
         if kind == "$worker" and isinstance(payload, int):
             return RelayedWorker(self, payload)
+        if kind == "$average" and isinstance(payload, int):
+            return RelayedAverager(self, payload)
         if (kind == "$comm" and isinstance(payload, list) and len(payload) == 4
                 and all(isinstance(v, int) for v in payload[:3])):
             number, rank, size, modelled = payload
@@ -193,18 +195,30 @@ class RelayedRequest(Lent, Request):
         return bool(done)
 
 
-class RelayedWorker(Lent):
-    """A parameter server's worker lent to the student's code (Lab 6): its ``pull`` and
-    ``push`` are done by the grader's worker, on the rank's own communicator."""
+class RelayedObject(Lent):
+    """An object lent by its methods (``relay.BY_METHODS``): each is done by the grader's."""
 
     def __init__(self, link: Link, number: int) -> None:
         self._link, self.number = link, number
+
+
+class RelayedWorker(RelayedObject):
+    """A parameter server's worker lent to the student's code (Lab 6): its ``pull`` and
+    ``push`` are done by the grader's worker, on the rank's own communicator."""
 
     def pull(self, keys: Any) -> np.ndarray:
         return self.link.call(self.number, "pull", keys)
 
     def push(self, keys: Any, gradient: Any) -> Any:
         return self.link.call(self.number, "push", keys, gradient)
+
+
+class RelayedAverager(RelayedObject):
+    """Lab 4's gradient averager lent to the student's code: its ``average`` is done by the
+    grader's, on the rank's own communicator."""
+
+    def average(self, grads: Any) -> Any:
+        return self.link.call(self.number, "average", grads)
 
 
 class RelayedCommunicator(Lent, Communicator):

@@ -15,9 +15,10 @@ object whose key starts with ``$``::
     {"$view": [k, same, offset, shape, strides, dtype]}   the k-th array of the request, or
                        a view of it (kernel to grader only: ``view_of``)
     {"$step": [stage, micro, "F"]}  a pipeline's Step (Lab 7's schedules are lists of them)
-    {"$comm": [n, rank, size, modelled]}  {"$request": n}  {"$worker": n}   a communicator,
-                       request or parameter server's worker the grader lends to the
-                       student's code (``relay.py``)
+    {"$comm": [n, rank, size, modelled]}  {"$request": n}  {"$worker": n}  {"$average": n}
+                       a communicator, request, parameter server's worker or Lab 4's
+                       gradient averager the grader lends to the student's code
+                       (``relay.py``)
 
 Reading never runs code: JSON, then ``np.load`` without pickle, then only the
 markers above, each to a plain value; a marker the reader does not accept

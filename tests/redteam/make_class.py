@@ -328,11 +328,12 @@ def lab04_forges_the_counters(nb: Notebook, course: dict) -> None:
            "    c.stats.bytes_sent = start[1] + wanted[1]\n")
 
 
-@attack("solution", [], lab="lab04_data_parallel")  # Task 3's rows: NOT guaranteed (README)
+@attack("solution", ["lab04_equivalence"], lab="lab04_data_parallel")
 def lab04_forges_the_rows_it_saw(nb: Notebook, course: dict) -> None:
-    """Every rank trains on the whole global batch (no averaging needed), then rewrites
-    the model's count of rows per forward to look like b rows a step. The weights are
-    right; the rows a forward saw are counted in the kernel, which it forges."""
+    """Every rank trains on the whole global batch (the right weights: the average of P
+    equal gradients is that gradient) and writes b rows a step where a count of rows was
+    kept. The grader's averager sees each rank hand it the whole batch's gradient, not
+    that of its own b rows."""
     nb.set("answer_equivalence", "def train_data_parallel(c, model, x, y, batch_per_rank, "
            "steps, lr, average):\n    for p in model.parameters():\n"
            "        p.data[...] = comm.broadcast(p.data, c, root=0)\n"
@@ -341,6 +342,7 @@ def lab04_forges_the_rows_it_saw(nb: Notebook, course: dict) -> None:
            "        optimizer.zero_grad()\n"
            "        mean_loss(model, x[t * rows:(t + 1) * rows], "
            "y[t * rows:(t + 1) * rows]).backward()\n"
+           "        average(model, c)\n"
            "        optimizer.step()\n"
            "    if hasattr(model, 'rows_seen'):\n"
            "        model.rows_seen[:] = [batch_per_rank] * steps\n")
