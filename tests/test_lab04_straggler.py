@@ -15,13 +15,13 @@ import pytest
 from minidist.comm import broadcast
 from minidist.labkit import CheckFailed
 from minidist.labkit.lab04 import mean_loss
-from minidist.labkit.lab04_straggler import check_straggler
+from minidist.labkit.lab04_straggler import check_straggler, expect_recorded_operations
 from minidist.optim import SGD
 from minidist.parallel.timing import TraceRecorder
 
 
 def timed(c, model, x, y, steps, slow_rank, delay, average, lr=0.1, slow=None, barrier=True,
-          extra_compute=False, extra_comm=False, whole=False):
+          extra_compute=False, extra_comm=False, whole=False, shift=0.0):
     """The solution's ``timed_steps``; the keywords break one claim each."""
     recorder = TraceRecorder(c.rank, clock=lambda: c.stats.clock)
     optimizer = SGD(model.parameters(), lr=lr)
@@ -47,7 +47,8 @@ def timed(c, model, x, y, steps, slow_rank, delay, average, lr=0.1, slow=None, b
                 optimizer.step()
         else:
             optimizer.step()
-    return recorder.to_list()
+    return [(kind, lane, start + shift, end + shift) for kind, lane, start, end
+            in recorder.to_list()]
 
 
 def reference_timed_steps(c, model, x, y, steps, slow_rank, delay, average):
@@ -76,6 +77,9 @@ def test_straggler(world_size, slow_rank, delay, steps):
                             r"average\(model, c\)"),
     (dict(whole=True), r"rank 0's gradient before averaging in step 0 \(one forward and "
                        r"backward on its own b = 4 rows, x\[0:4\], at the step's weights\)"),
+    (dict(shift=1e-3), r"rank 0's compute in step 0 is recorded from 0.001 to 0.001 s; the "
+                       r"grader saw the end of the step before \(time 0 in step 0\) and the "
+                       r"call of c.barrier\(\) at 0 and 0 s"),
     (dict(lr=0.01), r"rank 0's weights after training \(one process: 3 SGD steps, lr 0.1, on "
                     "all rows\\) of parameter 0: differs"),
 ])
@@ -85,3 +89,21 @@ def test_each_claim_rejects_the_answer_that_breaks_it(broken, message):
 
     with pytest.raises(CheckFailed, match=message):
         check_straggler(wrong, world_size=3, slow_rank=1, delay=0.1, block=())
+
+
+def test_a_trace_is_held_to_the_operations_the_grader_did():
+    """Intervals of the right lengths, but not where the barriers and averages ran: a
+    trace written from arithmetic rather than recorded around the calls."""
+    barriers, averages = [(0.0, 0.5), (0.5, 0.6), (1.0, 1.0)], [(0.6, 0.8), (1.0, 1.2)]
+    honest = [("compute", "main", 0.0, 0.0), ("wait", "main", 0.0, 0.1),
+              ("comm", "main", 0.1, 0.3), ("compute", "main", 0.3, 0.5),
+              ("wait", "main", 0.5, 0.5), ("comm", "main", 0.5, 0.7)]
+    expect_recorded_operations("w", 0, honest, barriers, averages)
+    late = honest[:5] + [("comm", "main", 0.6, 0.8)]
+    with pytest.raises(CheckFailed, match=r"rank 0's comm in step 1 is recorded from 0.6 to 0.8 "
+                                          r"s; the grader saw average\(model, c\) called and "
+                                          r"returning at 0.5 and 0.7 s"):
+        expect_recorded_operations("w", 0, late, barriers, averages)
+    with pytest.raises(CheckFailed, match=r"rank 0 called c.barrier\(\) 2 times; "
+                                          r"recorder.start\(c\) calls it once"):
+        expect_recorded_operations("w", 0, honest, barriers[1:], averages)

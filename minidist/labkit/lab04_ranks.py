@@ -59,21 +59,26 @@ def gradients_on(model: Any, x: np.ndarray, y: np.ndarray) -> list[np.ndarray | 
 class GradientAverager:
     """Task 1's answer, given to later tasks so they do not depend on yours: each gradient
     summed over the ranks of ``c`` with ``comm.allreduce``, divided by P. It keeps the
-    gradients of each call (``received``): what the rank computed before averaging.
+    gradients of each call (``received``): what the rank computed before averaging, and
+    when each call began and ended on the modelled clock (``spans``).
 
     It lives where the check runs; a graded answer gets it lent (``relay.py``), so its
     allreduces run on the grader's ranks and ``received`` is kept there."""
 
     def __init__(self, c: Any) -> None:
         self.c, self.received = c, []
+        self.spans: list[tuple[float, float]] = []  # each call's (start, end), modelled
 
     def average(self, grads: Any) -> list[np.ndarray]:
         if not (isinstance(grads, list) and all(isinstance(g, np.ndarray) for g in grads)):
             raise TypeError("average(model, c) needs every parameter's gradient: run "
                             "backward before average (a parameter's .grad is None)")
         self.received.append([np.array(g) for g in grads])
+        start = self.c.stats.clock
         # communication: each parameter's gradient, summed over all ranks
-        return [allreduce(g, self.c) / self.c.size for g in grads]
+        means = [allreduce(g, self.c) / self.c.size for g in grads]
+        self.spans.append((start, self.c.stats.clock))
+        return means
 
 
 def averaging_with(averager: Any) -> Callable[[Any, Any], None]:

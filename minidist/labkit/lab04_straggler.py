@@ -13,6 +13,13 @@ step's three intervals are known exactly, on any machine, under any load:
   the same time;
 - comm: the modelled cost of ``average(model, c)``, measured on a fresh run.
 
+The trace is the student's record, so each interval is also held to the
+operations the grader did for that rank (``expect_recorded_operations``):
+the grader's barriers (``BarrierLog``) and averages (``GradientAverager``)
+note when they began and ended, and each wait and comm interval must be
+one of them, each compute the time between. A trace written without doing
+the work in its place does not match.
+
 Wall-clock timelines are only *shown* (Part B of the lab), never graded:
 on a shared machine they are noisy.
 """
@@ -41,12 +48,26 @@ from minidist.labkit.lab04_ranks import (
     seeded_mlp,
     timed_on_rank,
 )
-from minidist.labkit.ranks import run_ranks
+from minidist.labkit.ranks import MessageLog, run_ranks
 from minidist.labkit.remote import on_student
 from minidist.optim import SGD
 
 STEP = (("compute", "main"), ("wait", "main"), ("comm", "main"))  # one step's intervals
 ROWS_PER_RANK = 4
+
+
+class BarrierLog(MessageLog):
+    """Rank ``c`` as ``timed_steps`` gets it, noting when each of its barriers began and
+    ended on the modelled clock (``barriers``)."""
+
+    def __init__(self, c: Any) -> None:
+        super().__init__(c, [])
+        self.barriers: list[tuple[float, float]] = []
+
+    def barrier(self) -> None:
+        start = self._c.stats.clock
+        self._c.barrier()
+        self.barriers.append((start, self._c.stats.clock))
 
 
 def modelled_cost_of_average(world_size: int, sizes: list[int], steps: int) -> list[list[float]]:
@@ -89,14 +110,14 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
         optimizer.step()
     comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
 
-    def body(c: Any) -> tuple[list[Any], list[np.ndarray], list[list[np.ndarray]]]:
-        averager = GradientAverager(c)
-        trace, weights = on_student(timed_on_rank, timed_steps, c, averager, list(sizes), x,
-                                    y, steps, slow_rank, delay)
-        return trace, weights, averager.received
+    def body(c: Any) -> tuple[list[Any], list[np.ndarray], GradientAverager, BarrierLog]:
+        averager, logged = GradientAverager(c), BarrierLog(c)
+        trace, weights = on_student(timed_on_rank, timed_steps, logged, averager, list(sizes),
+                                    x, y, steps, slow_rank, delay)
+        return trace, weights, averager, logged
 
     results, _ = run_ranks(body, world_size, what, block)
-    traces = [trace for trace, _, _ in results]
+    traces = [trace for trace, _, _, _ in results]
     for rank, trace in enumerate(traces):
         kinds = [tuple(interval[:2]) for interval in trace]
         expect(kinds == list(STEP) * steps, f"{what}: rank {rank} recorded {kinds}; each of "
@@ -122,14 +143,47 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
             got, e = seconds[kind][rank][t], expected[rank][t]
             expect(_same(got, e), f"{what}: rank {rank}'s {kind} in step {t} lasted {got:.9g} "
                    f"s{why.format(e=e)}")
-    for rank, (_, params, _) in enumerate(results):
+    for rank, (_, params, _, _) in enumerate(results):
         expect_same_arrays(f"{what}: rank {rank}'s weights after training (one process: "
                            f"{steps} SGD steps, lr 0.1, on all rows)", params,
                            [p.data for p in reference.parameters()])
-    for rank, (_, _, received) in enumerate(results):
-        expect_own_rows_averaged(what, rank, received, [own[t][rank] for t in range(steps)],
+    for rank, (trace, _, averager, logged) in enumerate(results):
+        expect_own_rows_averaged(what, rank, averager.received,
+                                 [own[t][rank] for t in range(steps)],
                                  lambda t, r=rank: f"x[{r * b}:{(r + 1) * b}]", b)
+        expect_recorded_operations(what, rank, trace, logged.barriers, averager.spans)
     return traces
+
+
+def expect_recorded_operations(what: str, rank: int, trace: list[Any],
+                               barriers: list[tuple[float, float]],
+                               averages: list[tuple[float, float]]) -> None:
+    """Rank ``rank``'s ``trace`` (three intervals a step, already checked in kind) records
+    the operations the grader did for it, on the modelled clock since the end of the
+    first barrier (``recorder.start(c)``'s): each wait is a barrier's call and return,
+    each comm an average's, each compute the time from the step before (or 0) to the
+    barrier."""
+    __tracebackhide__ = True
+    steps = len(averages)
+    expect(len(barriers) == steps + 1, f"{what}: rank {rank} called c.barrier() "
+           f"{len(barriers)} times; recorder.start(c) calls it once, and each of the "
+           f"{steps} steps once, inside wait")
+    origin, done = barriers[0][1], 0.0
+    for t in range(steps):
+        (wait_start, wait_end), (comm_start, comm_end) = barriers[t + 1], averages[t]
+        seen = [("compute", done, wait_start - origin, "the end of the step before (time 0 in "
+                 "step 0) and the call of c.barrier()"),
+                ("wait", wait_start - origin, wait_end - origin, "c.barrier() called and "
+                 "returning"),
+                ("comm", comm_start - origin, comm_end - origin, "average(model, c) called "
+                 "and returning")]
+        for (kind, start, end, between), interval in zip(seen, trace[3 * t:3 * t + 3],
+                                                         strict=True):
+            expect(_same(interval[2], start) and _same(interval[3], end),
+                   f"{what}: rank {rank}'s {kind} in step {t} is recorded from "
+                   f"{interval[2]:.9g} to {interval[3]:.9g} s; the grader saw {between} at "
+                   f"{start:.9g} and {end:.9g} s (since recorder.start(c)'s barrier)")
+        done = comm_end - origin
 
 
 def _same(got: float, expected: float) -> bool:
