@@ -26,7 +26,7 @@
    (``page_fault_s_per_byte``).
 4. the host's memory bus (``host_curve``, ``comm/cost/network.py``): from 64
    KiB to 64 MiB, k processes copy at once, k = 1 up to the cores; ``B_1`` is
-   one alone, ``B_host`` the most all k copy together.
+   one alone, ``B_host`` the most all k copy together (``bench/host_bus.py``).
 
 Buffers are reused between repetitions, as a training loop reuses its
 arrays, so short ones are measured in cache (the point of the curve). The
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import mmap
-import multiprocessing
 import os
 import platform
 import sys
@@ -49,6 +48,11 @@ from functools import partial
 
 import numpy as np
 
+from minidist.bench.host_bus import (  # noqa: F401 (pricing.py's and the tests' import)
+    host_copy_bandwidth,
+    host_curve,
+    quiet_barrier,
+)
 from minidist.comm.cost.mpich import FRESH_FROM
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
 from minidist.util.mpiexec import run_module_under_mpi
@@ -157,62 +161,6 @@ def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> floa
 
     warm = timed(mpi_comm, partial(kept.fill, 1), repeats)
     return max(0.0, timed(mpi_comm, fill_fresh, repeats) - warm) / nbytes
-
-
-def _copies(nbytes: int, repeats: int, start, results) -> None:  # noqa: ANN001
-    """One of k processes: copy ``nbytes`` ``repeats`` times from the common start."""
-    source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    np.copyto(target, source)  # touch every page before the clock starts
-    start.wait()
-    began = time.perf_counter()
-    for _ in range(repeats):
-        np.copyto(target, source)
-    results.put(time.perf_counter() - began)
-
-
-def host_copy_bandwidth(nbytes: int, most: int, tries: int = 3) -> tuple[float, float]:
-    """``(B_1, B_host)`` in bytes/s: k processes copy ``nbytes`` at once, k = 1..``most``;
-    ``B_1`` is k = 1, ``B_host`` the most bytes all k copied per second (the slowest's time).
-
-    Processes, not MPI ranks (the fit runs on 2, the bus serves every core), each
-    copying about 256 MiB (at least 10 times) after a common start, so that they
-    overlap; the best of ``tries`` for each k (a process descheduled by other work
-    is not the bus).
-    """
-    context = multiprocessing.get_context("fork")
-    repeats = max(10, (256 << 20) // nbytes)
-
-    def rate(k: int) -> float:
-        start, results = context.Barrier(k), context.Queue()
-        workers = [context.Process(target=_copies, args=(nbytes, repeats, start, results))
-                   for _ in range(k)]
-        for worker in workers:
-            worker.start()
-        slowest = max(results.get() for _ in workers)
-        for worker in workers:
-            worker.join()
-        return k * nbytes * repeats / slowest
-
-    rates = [max(rate(k) for _ in range(tries)) for k in range(1, most + 1)]
-    return rates[0], max(rates)
-
-
-def host_curve(mpi_comm, sizes: list[int]) -> tuple:  # noqa: ANN001
-    """``((nbytes, B_1, B_host), ...)`` on rank 0, k up to the cores it may use (the other
-    ranks wait without spinning)."""
-    most = len(os.sched_getaffinity(0))
-    curve = tuple((n, *host_copy_bandwidth(n, most)) for n in sizes
-                  ) if mpi_comm.Get_rank() == 0 else ()
-    quiet_barrier(mpi_comm)
-    return curve
-
-
-def quiet_barrier(mpi_comm) -> None:  # noqa: ANN001
-    """A barrier whose waiting ranks sleep instead of spinning on a core (which the ranks
-    still measuring would otherwise share with them)."""
-    waiting = mpi_comm.Ibarrier()
-    while not waiting.Test():
-        time.sleep(1e-3)
 
 
 def library_latency(mpi_comm, repeats: int = 100) -> float:  # noqa: ANN001

@@ -14,9 +14,10 @@ so nothing graded reads them: on the in-process transport,
 ``time.perf_counter()`` reads the rank's *modelled* clock while the check
 runs, rank 1 pauses (on that clock) before some replies, and the answer must
 return exactly the median of the halved round trips; on real MPI processes
-only the counters and the type of the result are checked. (Graded, the ranks
-run in the grader and lend their communicators to the student's functions,
-``relay.py``; the MPI run starts where the student's code is, a probe.)
+only the counters and the type of the result are checked (``lab02_mpi.py``).
+(Graded, the ranks run in the grader and lend their communicators to the
+student's functions, ``relay.py``; the MPI run starts where the student's
+code is, a probe.)
 """
 
 from __future__ import annotations
@@ -28,22 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import CommStats
-from minidist.comm.errors import RankError
 from minidist.comm.ops import UFUNCS
-from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect, expect_close
+from minidist.labkit.lab02_mpi import check_ping_pong_on_mpi  # noqa: F401 (the notebook's import)
 from minidist.labkit.ranks import (
     LIBRARY_COLLECTIVES,
     MessageLog,
-    as_one_sentence,
     expect_counts,
     expect_new_arrays,
     expect_rounds,
     rank_inputs,
     run_ranks,
 )
-from minidist.labkit.remote import on_student
 
 BROADCAST_RULE = ("in the text's schedule a rank receives once, from relative rank me - 2^j "
                   "(2^j the highest set bit of me), then sends to me + 2^k for each k > j, "
@@ -263,51 +260,3 @@ def check_ping_pong_traffic(ping_pong: Callable[[Any, int, int], float], nbytes:
            "during this check time.perf_counter() reads the modelled clock, where the round "
            f"trips took {', '.join(f'{t * 1e6:.2f}' for t in trips)} µs (rank 1 pauses before "
            f"some replies), so the median of their halves, as the text asks, is {expected:.6g} s")
-
-
-def check_ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float],
-                           block: tuple[str, ...] = LIBRARY_COLLECTIVES,
-                           repeats: int = 5) -> dict[int, float]:
-    """Run ``ping_pong`` on two real MPI processes for 8 B and 1 MiB: the MPI transport's
-    counters show ``repeats`` messages of that size each way, and rank 0 returns a positive
-    float. Returns {nbytes: seconds}, for showing only: a busy machine's times are anything.
-    The job starts where ``ping_pong`` lives (``remote.on_student``; grading/README.md)."""
-    __tracebackhide__ = True
-    sizes = (8, 1 << 20)
-    results = on_student(ping_pong_on_mpi, ping_pong, sizes, repeats, block)
-    for k, nbytes in enumerate(sizes):
-        what = f"ping_pong on MPI, {nbytes} bytes, {repeats} repeats"
-        stats = [CommStats(*results[rank][k][1:]) for rank in (0, 1)]
-        for counter, value in (("messages_sent", repeats), ("bytes_sent", repeats * nbytes)):
-            expect_counts(what, stats, counter, [value, value],
-                          "one message of nbytes each way per round trip, nothing else")
-        seconds = results[0][k][0]
-        expect(isinstance(seconds, float) and seconds > 0, f"{what}: rank 0 returned "
-               f"{seconds!r}; the text asks for the one-way time in seconds, a positive float")
-    return {nbytes: results[0][k][0] for k, nbytes in enumerate(sizes)}
-
-
-def ping_pong_on_mpi(ping_pong: Callable[[Any, int, int], float], sizes: tuple[int, ...],
-                     repeats: int, block: tuple[str, ...]) -> list[list[tuple]]:
-    """Probe: ``ping_pong`` on two MPI processes for each size; per rank and size, its
-    result and the messages and bytes the rank sent."""
-    import minidist as md
-
-    try:
-        return md.launch(measure_on_rank, world_size=2, args=(ping_pong, sizes, repeats, block),
-                         backend="mpi", timeout=60)
-    except RankError as error:
-        raise as_one_sentence(error, "ping_pong on MPI") from None
-
-
-def measure_on_rank(c: Any, ping_pong: Callable[[Any, int, int], float], sizes: tuple[int, ...],
-                    repeats: int, block: tuple[str, ...]) -> list[tuple[float, int, int]]:
-    """On each MPI rank: ``ping_pong`` for every size, with ``block`` blocked; its result
-    and the messages and bytes the rank sent for that size."""
-    measured = []
-    with blocked(*block):
-        for nbytes in sizes:
-            c.stats.reset()
-            seconds = ping_pong(c, nbytes, repeats)
-            measured.append((seconds, c.stats.messages_sent, c.stats.bytes_sent))
-    return measured

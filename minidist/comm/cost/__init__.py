@@ -2,7 +2,7 @@
 
 - ``network``: the α-β-γ model of one message, and where its fitted figures are kept;
 - ``model``: each allreduce algorithm's bytes, messages, rounds and time (``predict``,
-  ``schedule_cost``);
+  ``schedule_cost``); ``heap_tree``: the trees' schedule stepped through, for any P;
 - ``mpich``: MPICH's own Allreduce, priced the same way (the benchmarks' baseline).
 """
 

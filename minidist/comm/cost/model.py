@@ -23,9 +23,9 @@ where a message costs 1 and nothing else costs anything (the transport's
 definition). The times are what the in-process transport's virtual clock
 reaches on the latest rank, exactly: by the closed forms above, and for the
 trees (any P, not only full trees) by stepping the schedule through the
-tree with the transport's rules. ``"mpi"`` is what the in-process transport
-runs for it (recursive doubling); ``cost/mpich.py`` models MPICH's real
-choice for benchmarks.
+tree with the transport's rules (``cost/heap_tree.py``). ``"mpi"`` is what
+the in-process transport runs for it (recursive doubling); ``cost/mpich.py``
+models MPICH's real choice for benchmarks.
 
 Two entry points: :func:`schedule_cost`, the algorithm's function called
 directly (as Lab 3's checks call an answer: every message is sent, even at
@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
+from minidist.comm.cost.heap_tree import _children, _widest_tree_level, tree_clocks
 from minidist.comm.cost.network import NetworkModel
 from minidist.util import chunk_bounds
 from minidist.util.answers import lab_answer
@@ -149,38 +150,6 @@ def recursive_doubling_cost(p: int, nbytes: int, itemsize: int, net: NetworkMode
     return cost
 
 
-def _children(q: int, p: int) -> list[int]:
-    """The heap tree's children of position q, as ``tree_allreduce`` numbers them."""
-    return [k for k in (2 * q + 1, 2 * q + 2) if k < p]
-
-
-def tree_clocks(p: int, nbytes: int, net: NetworkModel, start: list[float],
-                mirrored: bool = False) -> list[float]:
-    """Each rank's clock after ``tree_allreduce`` on ``nbytes``, from clocks ``start``.
-
-    The transport's rules, stepped through the heap tree (``mirrored``: its
-    mirror image, rank r at position ``P-1-r``). Every operation blocks, so
-    a rank's links are free whenever it starts one: a receive ends ``m`` after
-    both the sender started and the receiver got there; a send holds the
-    sender for ``m``.
-    """
-    m, r = net.message_time(nbytes), net.reduce_time(nbytes)
-    rank = (lambda q: p - 1 - q) if mirrored else (lambda q: q)  # the rank at position q
-    t = [start[rank(q)] for q in range(p)]
-    sent = [0.0] * p  # when position q's message to its parent (later: from it) started
-    for q in reversed(range(p)):  # 1. reduce up: children before parents
-        for child in _children(q, p):
-            t[q] = max(t[q], sent[child]) + m + r
-        if q > 0:
-            sent[q], t[q] = t[q], t[q] + m
-    for q in range(p):  # 2. broadcast down: parents before children
-        if q > 0:
-            t[q] = max(t[q], sent[q]) + m
-        for child in _children(q, p):
-            sent[child], t[q] = t[q], t[q] + m
-    return [t[rank(k)] for k in range(p)]  # rank(rank(k)) = k
-
-
 def _trees_cost(name: str, p: int, halves: list[int], net: NetworkModel) -> Cost:
     """Tree allreduces one after the other on parts of ``halves[k]`` bytes, the k-th
     along the heap tree (k even) or its mirror image (k odd)."""
@@ -230,13 +199,6 @@ MODELS = {"naive": naive_cost, "ps": ps_cost, "ring": ring_cost, "tree": tree_co
 
 def _power_of_two_below(p: int) -> int:
     return 1 << (p.bit_length() - 1)
-
-
-def _widest_tree_level(p: int) -> int:
-    """Most transfers at once in the heap tree: the left children of its widest level
-    (a parent takes its children in turn), received and reduced together."""
-    return max((sum(q % 2 for q in range((1 << d) - 1, min(2 << d, p + 1) - 1))
-                for d in range(1, p.bit_length())), default=1)
 
 
 # How many ranks of one host copy or reduce at once in an algorithm's widest step, for

@@ -58,17 +58,16 @@ each message it sends and multiplies its ``compute`` time by
 ``slowdown``; with ``sleep=True`` it also really sleeps for that extra.
 A **failing rank** raises :class:`~minidist.comm.errors.RankFailure` on the
 communication call after its first ``fail_after``; its peers get an error.
+Both are part of each rank's :class:`RankState` (``local_state.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.ops import reduce_into
 from minidist.comm.transport import device
@@ -80,37 +79,12 @@ from minidist.comm.transport.local_requests import (
     finish_recv,
     finish_send,
 )
+from minidist.comm.transport.local_state import (  # noqa: F401 (the package's import)
+    RankState,
+    Straggler,
+)
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A slow rank: ``delay`` s before each message it sends, compute × ``slowdown``."""
-
-    delay: float = 0.0
-    slowdown: float = 1.0
-    sleep: bool = False  # also sleep for real, so wall-clock timings feel it too
-
-
-@dataclass
-class RankState:
-    """What belongs to one rank (task), shared by all its communicators."""
-
-    world_rank: int
-    network: NetworkModel
-    straggler: Straggler = Straggler()
-    fail_after: int | None = None
-    eager_limit: int | None = None
-    trace: bool = False
-    stats: LocalStats = field(default_factory=LocalStats)
-    calls: int = 0
-    collective_calls: dict = field(default_factory=dict)  # (context, kind) -> count
-    prices: NetworkModel = field(init=False)  # the model the clock uses now: ``network``,
-    # or ``network.at(N)`` inside a collective on N bytes
-
-    def __post_init__(self) -> None:
-        self.prices = self.network
 
 
 class LocalCommunicator(Communicator):
