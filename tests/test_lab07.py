@@ -27,6 +27,7 @@ from minidist.labkit.lab07_costs import (
     check_bubble,
     check_checkpointing,
     library_timed_pipeline,
+    timed_run,
 )
 from minidist.parallel.pipeline import Pipeline, StageEngine, Step, bubbles, gpipe, one_f_one_b
 from minidist.util import chunk_bounds
@@ -328,6 +329,19 @@ def test_bubble_with_rank_0s_end_as_the_span_fails_on_the_hand_made_traces():
 
     with pytest.raises(CheckFailed, match=r"bubbles on these traces \[\[\('F0'"):
         check_bubble(library_timed_pipeline, rank_0s_end, 2, 4, block=())
+
+
+def test_bubble_holds_the_trace_to_the_work_done_on_the_ranks():
+    """The library's trace, exact, returned without training on the rank's communicator."""
+    traces = [trace for trace, _ in timed_run(library_timed_pipeline, 3, 4, "1f1b", 1e-3, 2e-3,
+                                              "the library")]
+
+    def returns_the_trace(c, model, x, y, schedule, micro_batches, forward_s, backward_s):
+        return traces[c.rank]
+
+    with pytest.raises(CheckFailed, match=r"rank 0's trace has 8 steps, but its communicator "
+                                          r"did the declared work of 0"):
+        check_bubble(returns_the_trace, bubbles, 3, 4, block=())
 
 
 def test_bubble_blocks_the_library_the_gantt_chart_uses_too():

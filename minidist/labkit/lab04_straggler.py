@@ -15,7 +15,7 @@ step's three intervals are known exactly, on any machine, under any load:
 
 The trace is the student's record, so each interval is also held to the
 operations the grader did for that rank (``expect_recorded_operations``):
-the grader's barriers (``BarrierLog``) and averages (``GradientAverager``)
+the grader's barriers (``ranks.ClockLog``) and averages (``GradientAverager``)
 note when they began and ended, and each wait and comm interval must be
 one of them, each compute the time between. A trace written without doing
 the work in its place does not match.
@@ -48,26 +48,12 @@ from minidist.labkit.lab04_ranks import (
     seeded_mlp,
     timed_on_rank,
 )
-from minidist.labkit.ranks import MessageLog, run_ranks
+from minidist.labkit.ranks import ClockLog, run_ranks
 from minidist.labkit.remote import on_student
 from minidist.optim import SGD
 
 STEP = (("compute", "main"), ("wait", "main"), ("comm", "main"))  # one step's intervals
 ROWS_PER_RANK = 4
-
-
-class BarrierLog(MessageLog):
-    """Rank ``c`` as ``timed_steps`` gets it, noting when each of its barriers began and
-    ended on the modelled clock (``barriers``)."""
-
-    def __init__(self, c: Any) -> None:
-        super().__init__(c, [])
-        self.barriers: list[tuple[float, float]] = []
-
-    def barrier(self) -> None:
-        start = self._c.stats.clock
-        self._c.barrier()
-        self.barriers.append((start, self._c.stats.clock))
 
 
 def modelled_cost_of_average(world_size: int, sizes: list[int], steps: int) -> list[list[float]]:
@@ -110,8 +96,8 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
         optimizer.step()
     comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
 
-    def body(c: Any) -> tuple[list[Any], list[np.ndarray], GradientAverager, BarrierLog]:
-        averager, logged = GradientAverager(c), BarrierLog(c)
+    def body(c: Any) -> tuple[list[Any], list[np.ndarray], GradientAverager, ClockLog]:
+        averager, logged = GradientAverager(c), ClockLog(c)
         trace, weights = on_student(timed_on_rank, timed_steps, logged, averager, list(sizes),
                                     x, y, steps, slow_rank, delay)
         return trace, weights, averager, logged

@@ -3,7 +3,11 @@
 4. ``bubble``: the student's ``timed_pipeline`` trains one step through
    ``Pipeline`` with a declared work per step, timed on the in-process
    transport's modelled clock: its trace must be the library's own run's, to
-   the last bit (the same on any machine, under any load). Then the
+   the last bit (the same on any machine, under any load), and each step of
+   it must hold the work the grader's rank did for it (``ranks.ClockLog``
+   notes when each barrier and ``c.compute`` began and ended): a trace
+   returned without running the steps on the rank's communicator does not.
+   Then the
    student's ``bubbles(traces)`` against each stage's idle share of the span
    computed here, on that run's traces and on traces made by hand (rows that
    end at different times: the span is the whole step's, not the row's).
@@ -36,7 +40,7 @@ from minidist.autograd.memory import saved_bytes
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect
 from minidist.labkit.lab07 import expect_one_process, make_batch
-from minidist.labkit.ranks import run_ranks
+from minidist.labkit.ranks import ClockLog, run_ranks
 from minidist.labkit.remote import on_student
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
@@ -50,13 +54,16 @@ WIDTH = 8  # the timed MLP: [8] * (layers + 1)
 # --- Task 4: the bubble, measured ------------------------------------------------------------
 def timed_run(timed_pipeline: Callable[..., Any], stages: int, micro_batches: int,
               schedule: str, forward_s: float, backward_s: float, what: str,
-              block: tuple[str, ...] = ()) -> list[list[tuple[str, float, float]]]:
-    """``timed_pipeline(c, model, x, y, schedule, M, forward_s, backward_s)`` on K ranks."""
+              block: tuple[str, ...] = ()) -> list[tuple[Any, ClockLog]]:
+    """``timed_pipeline(c, model, x, y, schedule, M, forward_s, backward_s)`` on K ranks:
+    per rank, what it returned and the log of the barriers and work the grader did."""
     x, y = make_batch((WIDTH,) * 2, 4 * micro_batches, 0)
 
     def body(c: Any) -> Any:
-        return on_student(timed_on_rank, timed_pipeline, c, stages, x, y, schedule,
-                          micro_batches, forward_s, backward_s)
+        logged = ClockLog(c)
+        trace = on_student(timed_on_rank, timed_pipeline, logged, stages, x, y, schedule,
+                           micro_batches, forward_s, backward_s)
+        return trace, logged
 
     return run_ranks(body, stages, what, block)[0]
 
@@ -105,11 +112,11 @@ def check_bubble(timed_pipeline: Callable[..., Any], bubbles: Callable[..., Any]
     __tracebackhide__ = True
     what = (f"timed_pipeline, {stages} stages, {micro_batches} micro-batches, {schedule}, "
             f"forward {forward_s * 1e3:g} ms, backward {backward_s * 1e3:g} ms")
-    expected = timed_run(library_timed_pipeline, stages, micro_batches, schedule, forward_s,
-                         backward_s, what)
+    expected = [trace for trace, _ in timed_run(library_timed_pipeline, stages, micro_batches,
+                                                schedule, forward_s, backward_s, what)]
     got = timed_run(timed_pipeline, stages, micro_batches, schedule, forward_s, backward_s,
                     what, block)
-    for k, (trace, reference) in enumerate(zip(got, expected, strict=True)):
+    for k, ((trace, logged), reference) in enumerate(zip(got, expected, strict=True)):
         steps = [s for s, *_ in reference]
         expect(isinstance(trace, list) and [s for s, *_ in trace] == steps,
                f"{what}: rank {k} returned {trace!r:.80}; expected its trace, "
@@ -121,6 +128,7 @@ def check_bubble(timed_pipeline: Callable[..., Any], bubbles: Callable[..., Any]
                    f"ms, expected {at * 1e3:.4g} to {to * 1e3:.4g} ms on the modelled clock: "
                    "declare forward_s for each forward and backward_s for each backward "
                    "(Pipeline's work), and time with clock=lambda: c.stats.clock")
+        expect_steps_did_their_work(what, k, trace, logged)
     for name, traces in (("the traces of that run", expected),
                          ("these traces", hand_made_traces())):
         with blocked(*block):
@@ -132,6 +140,27 @@ def check_bubble(timed_pipeline: Callable[..., Any], bubbles: Callable[..., Any]
                f"bubbles on {name}{shown} returned {idle!r}, expected "
                f"{[round(b, 6) for b in right]}: each row's idle share of the span, "
                "1 - (its busy time) / (the latest end of any row; every row starts at 0)")
+
+
+def expect_steps_did_their_work(what: str, rank: int, trace: list[tuple[str, float, float]],
+                                logged: ClockLog) -> None:
+    """Each step of rank ``rank``'s ``trace`` (times since ``Pipeline``'s origin: the end of
+    the barrier before its first step) holds one of the grader's compute spans, in order:
+    its work was done there, on the rank's communicator."""
+    __tracebackhide__ = True
+    computes = logged.computes
+    expect(len(computes) == len(trace) and bool(logged.barriers),
+           f"{what}: rank {rank}'s trace has {len(trace)} steps, but its communicator did the "
+           f"declared work of {len(computes)}: train one step through Pipeline on c, with "
+           "work=, so that each step's work is done there")
+    first = computes[0][0] if computes else float("inf")
+    origin = max((end for _, end in logged.barriers if end <= first), default=0.0)
+    for (step, start, end), (began, ended) in zip(trace, computes, strict=True):
+        inside = start - 1e-12 <= began - origin and ended - origin <= end + 1e-12
+        expect(inside, f"{what}: rank {rank}'s {step} is recorded from {start * 1e3:.4g} to "
+               f"{end * 1e3:.4g} ms, but the grader did its work from "
+               f"{(began - origin) * 1e3:.4g} to {(ended - origin) * 1e3:.4g} ms: return the "
+               "trace of the run you trained, pipe.last_run.trace")
 
 
 # --- Task 5: gradient checkpointing -------------------------------------------------------

@@ -229,3 +229,29 @@ class MessageLog:
         self.note("send", dest)
         self.note("recv", source)
         return self._c.sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
+
+
+class ClockLog(MessageLog):
+    """Rank ``c`` as a timed answer gets it, noting when each ``barrier`` and each
+    ``compute`` (declared work) began and ended on the modelled clock, so that a trace
+    the answer returns can be held to what the grader's rank did. Its duplicates note
+    into the same lists (a ``Pipeline`` talks on one)."""
+
+    def __init__(self, c: Any, barriers: list[tuple[float, float]] | None = None,
+                 computes: list[tuple[float, float]] | None = None) -> None:
+        super().__init__(c, [])
+        self.barriers = [] if barriers is None else barriers
+        self.computes = [] if computes is None else computes
+
+    def barrier(self) -> None:
+        start = self._c.stats.clock
+        self._c.barrier()
+        self.barriers.append((start, self._c.stats.clock))
+
+    def compute(self, seconds: float) -> None:
+        start = self._c.stats.clock
+        self._c.compute(seconds)
+        self.computes.append((start, self._c.stats.clock))
+
+    def dup(self) -> ClockLog:
+        return ClockLog(self._c.dup(), self.barriers, self.computes)
