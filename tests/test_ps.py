@@ -38,19 +38,26 @@ def gradient(flat: np.ndarray, rows: slice) -> np.ndarray:
     return np.concatenate([(X[rows].T @ residual / BATCH).ravel(), residual.mean(0)])
 
 
-def train(c, servers=1, steps=STEPS, compute=None, **options):
-    """Every rank: serve, or pull-compute-push-tick ``steps`` times. Workers return the
-    reads' versions; servers their reports."""
+def train(c, servers=1, steps=STEPS, compute=None, fused=False, **options):
+    """Every rank: serve, or pull-compute-push-tick ``steps`` times (``fused``: the push,
+    the tick and the next pull as one ``push_pull``, as ``train_mlp`` does). Workers
+    return their clock; servers their reports."""
     ps = ParameterServer(c, LAYOUT, servers=servers, **options)
     if ps.is_server:
         return ps.serve(INITIAL)
     worker, w = ps.worker(), c.rank - servers
-    workers = c.size - servers
+    workers, keys = c.size - servers, LAYOUT.all_keys()
+    values = worker.pull(keys) if fused and worker.clock < steps else None
     for t in range(worker.clock, steps):
-        values = worker.pull(LAYOUT.all_keys())
+        if not fused:
+            values = worker.pull(keys)
         c.compute(compute(t, w) if compute else 1e-3)
-        worker.push(LAYOUT.all_keys(), gradient(values, batch(t, w, workers)))
-        worker.tick()
+        grad = gradient(values, batch(t, w, workers))
+        if fused and t + 1 < steps:
+            values = worker.push_pull(keys, grad)
+        else:
+            worker.push(keys, grad)
+            worker.tick()
     worker.stop()
     return worker.clock
 
@@ -85,14 +92,18 @@ def test_one_worker_trains_as_one_process(servers, rule, optimizer_class, hyper)
                                rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("servers", [1, 2])
-def test_bsp_applies_each_workers_gradient_in_turn(servers):
-    results = LocalCluster(servers + 3).run(lambda c: train(c, servers, consistency="bsp"))
+def test_bsp_applies_each_workers_gradient_in_turn(servers, fused):
+    results = LocalCluster(servers + 3).run(
+        lambda c: train(c, servers, fused=fused, consistency="bsp"))
     np.testing.assert_allclose(final(results, servers), reference(SGD, workers=3, lr=0.1),
                                rtol=0, atol=1e-12)
     reports = results[:servers]
     assert all(r.staleness.reads == {0: 3 * STEPS} for r in reports)
-    assert all(r.requests["PUSH"] == 3 * STEPS and r.requests["STOP"] == 3 for r in reports)
+    assert all(r.requests["PUSH"] + r.requests["PUSH_PULL"] == 3 * STEPS
+               and r.requests["PUSH_PULL"] == (3 * (STEPS - 1) if fused else 0)
+               and r.requests["STOP"] == 3 for r in reports)
 
 
 def test_softsync_one_averages_every_workers_gradient_as_synchronous_sgd():
@@ -111,25 +122,26 @@ def random_compute(seed, workers):
 
 
 @settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4), staleness=st.integers(0, 3))
-def test_ssp_reads_are_never_more_than_s_clocks_stale(seed, workers, staleness):
+@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4), staleness=st.integers(0, 3),
+       fused=st.booleans())
+def test_ssp_reads_are_never_more_than_s_clocks_stale(seed, workers, staleness, fused):
     compute = random_compute(seed, workers)
     cluster = LocalCluster(1 + workers, stragglers={1: Straggler(slowdown=3.0)})
-    results = cluster.run(lambda c: train(c, 1, compute=compute, consistency="ssp",
-                                          staleness=staleness))
+    results = cluster.run(lambda c: train(c, 1, compute=compute, fused=fused,
+                                          consistency="ssp", staleness=staleness))
     reads = results[0].staleness.reads
     assert sum(reads.values()) == workers * STEPS
     assert max(reads) <= staleness
 
 
 @settings(max_examples=8, deadline=None)
-@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4))
-def test_ssp_zero_equals_bsp_bit_for_bit_and_reruns_are_identical(seed, workers):
+@given(seed=st.integers(0, 2**16), workers=st.integers(2, 4), fused=st.booleans())
+def test_ssp_zero_equals_bsp_bit_for_bit_and_reruns_are_identical(seed, workers, fused):
     compute = random_compute(seed, workers)
 
     def run(**rule):
         cluster = LocalCluster(1 + workers, stragglers={workers: Straggler(slowdown=2.0)})
-        results = cluster.run(lambda c: train(c, 1, compute=compute, **rule))
+        results = cluster.run(lambda c: train(c, 1, compute=compute, fused=fused, **rule))
         return final(results), results[0].staleness, max(s.clock for s in cluster.stats)
 
     bsp, ssp0, again = run(consistency="bsp"), run(consistency="ssp", staleness=0), \
@@ -166,6 +178,18 @@ def test_traffic_matches_the_cost_in_the_docstrings():
     assert worker.bytes_sent == STEPS * per_step_sent + 2 * 48
     assert worker.messages_recv == STEPS * 2 * 2
     assert worker.bytes_recv == STEPS * per_step_recv
+    # push_pull: a push's header and payload, a pull's answer; the first pull and the
+    # last push and tick apart
+    cluster = LocalCluster(3)
+    cluster.run(lambda c: train(c, 2, fused=True))
+    fused = cluster.stats[2]
+    pull_sent = sum(48 + 8 * k[s] for s in range(2))
+    push_sent = sum(48 + 8 * k[s] + 8 * v[s] for s in range(2))
+    pull_recv = sum(8 + 8 * v[s] for s in range(2))
+    assert fused.messages_sent == 2 * 2 + (STEPS - 1) * 2 * 2 + 2 * 3 + 2
+    assert fused.bytes_sent == pull_sent + STEPS * push_sent + 2 * 48 + 2 * 48
+    assert fused.messages_recv == 2 + (STEPS - 1) * 2 + 2
+    assert fused.bytes_recv == STEPS * pull_recv + 2 * 8
 
 
 def test_a_dead_worker_is_dropped_and_the_others_finish(capfd):
@@ -256,9 +280,12 @@ def test_the_mlp_run_gathers_every_servers_shard_and_logs_on_rank_0():
 
     results = LocalCluster(5).run(lambda c: train_mlp(c, steps=6, servers=2, eval_every=3,
                                                       consistency="ssp", staleness=1))
-    run = results[0]
-    assert run.requests["PUSH"] == run.requests["CLOCK"] == 2 * 3 * 6  # per server, worker
-    assert sum(run.staleness.reads.values()) == run.requests["PULL"]
+    run, fused = results[0], results[0].requests["PUSH_PULL"]
+    # per server and worker, every clock pushes and ticks: in one request with the next
+    # clock's pull but at the last clock (worker 0 pulls there too, to score)
+    assert fused == 2 * (3 * 5 + 1)
+    assert run.requests["PUSH"] + fused == run.requests["CLOCK"] + fused == 2 * 3 * 6
+    assert sum(run.staleness.reads.values()) == run.requests["PULL"] + fused
     assert max(run.staleness.reads) <= 1 and run.accuracy > 0.2
-    assert results[1].requests["PUSH"] == 3 * 6  # server 1 keeps its own
+    assert results[1].requests["PUSH"] + results[1].requests["PUSH_PULL"] == 3 * 6  # its own
     assert len(results[2].curve) == 3  # worker 0 scores at clocks 0, 3 and 6

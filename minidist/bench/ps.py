@@ -6,14 +6,17 @@
     mpirun -n 4 python -m mpi4py -m minidist.bench.ps    # part 2 alone (1 server + 3 workers)
 
 1. **Throughput** at P = 2: rank 0 serves, rank 1 works. A step is what a
-   training step sends: a pull of some keys, then a push of their gradient
-   (a fixed one: nothing is computed); its time is the worker's, the median
-   of ``--iters`` steps after ``--warmup``. ``MB/s`` is the rows' bytes over
-   the step time (the vector kept in sync per second, as an allreduce's
-   algbw), ``req/s`` two requests over it. Dense: every key of a table of
-   2 KiB rows (256 float64) from 8 KiB to 16 MiB, and the digits MLP of
-   ``train_mlp`` in its own layout; sparse: 1,000 distinct random rows of a
-   100,000 x 64 embedding table, new rows every step. Beside each, on the
+   training step sends, with a fixed gradient (nothing is computed); its
+   time is the worker's, the median of ``--iters`` steps after ``--warmup``.
+   ``MB/s`` is the rows' bytes over the step time (the vector kept in sync
+   per second, as an allreduce's algbw), ``steps/s`` one over it.
+   Dense: every key of a table of 2 KiB rows (256 float64) from 8 KiB to
+   16 MiB, and the digits MLP of ``train_mlp`` in its own layout; a step is
+   ``train_mlp``'s: the push of the gradient, the tick and the pull of the
+   next step's weights in one request (``Worker.push_pull``). Sparse: 1,000
+   distinct random rows of a 100,000 x 64 embedding table, new rows every
+   step; a step is a pull of its rows, then a push of their gradient (the
+   next step wants other rows). Beside each, on the
    same two ranks in the same run, the ring allreduce of a vector of the same
    bytes (``bench.allreduce.time_allreduce``: the median of the slower
    rank's time), and for the sparse rows the ring allreduce of the whole
@@ -30,7 +33,8 @@ Targets, and why a well-made implementation meets them:
 1. Dense push+pull at >= 0.5x the ring's MB/s, at every size. Both move the
    vector's bytes once each way per rank (the ring half in reduce-scatter,
    half in allgather), but the ring uses both directions at once and the
-   parameter server one at a time (the push, then the pull); on one host a
+   parameter server one at a time (the push, then the answer with the
+   rows), in one round trip where the ring takes two exchanges; on one host a
    message is a copy through shared memory by both ends, so the directions
    matter less, and the rest pays for the server's update and one copy of
    the rows at each end.
@@ -54,13 +58,13 @@ Targets, and why a well-made implementation meets them:
    clocks. The loss 0.3 lies about 36 away: 0.92x at best on the in-process
    clock, where ``simulator.straggler_race`` measures 0.94x (SSP saves
    s + 1 fast steps at every target; 0.80x at the loss 1.0, 10 clocks away;
-   0.64x when the slow worker changes from clock to clock). Under MPI the
+   0.63-0.70x when the slow worker changes from clock to clock). Under MPI the
    figure also carries the real costs of each clock.
 
 On a machine shared with other jobs the figures move; run it twice. Do not
 export ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` for it (the launch sets it only
 when ranks outnumber cores): with it every MPICH wait sleeps, and a
-push+pull, four waits one after another, takes milliseconds at any size,
+step, its waits one after another, takes milliseconds at any size,
 while the ring's exchanges barely notice.
 """
 
@@ -89,8 +93,9 @@ MODES = [("bsp", None), ("ssp", 3), ("asp", None)]
 
 
 def push_pull_time(c: Communicator, layout: KeyLayout, step_keys: Callable[[int], np.ndarray],
-                   iters: int, warmup: int) -> float:
-    """Median seconds of the worker's pull-then-push of ``step_keys(i)`` (on both ranks)."""
+                   iters: int, warmup: int, dense: bool) -> float:
+    """Median seconds of the worker's step on ``step_keys(i)`` (module docstring, part 1),
+    on both ranks."""
     ps = ParameterServer(c, layout, optimizer=ServerOptimizer("sgd", lr=1e-3), dtype=DTYPE)
     median = 0.0
     if ps.is_server:
@@ -98,12 +103,17 @@ def push_pull_time(c: Communicator, layout: KeyLayout, step_keys: Callable[[int]
     else:
         worker, times = ps.worker(), []
         gradient = np.full(layout.value_count(step_keys(0)), 1e-3, DTYPE)
+        if dense:
+            worker.pull(step_keys(0))  # the first step's weights
         for i in range(warmup + iters):
             keys = step_keys(i)
             np.add(gradient, 0, out=gradient)  # a fresh gradient, as time_allreduce's input
             start = time.perf_counter()
-            worker.pull(keys)
-            worker.push(keys, gradient)
+            if dense:
+                worker.push_pull(keys, gradient)
+            else:
+                worker.pull(keys)
+                worker.push(keys, gradient)
             times.append(time.perf_counter() - start)
         worker.stop()
         median = statistics.median(times[warmup:])
@@ -128,7 +138,8 @@ def throughput(c: Communicator, args: argparse.Namespace) -> tuple[list[dict], d
     results = []
     for label, layout, step_keys in cases:
         nbytes = layout.value_count(step_keys(0)) * DTYPE.itemsize
-        ps = push_pull_time(c, layout, step_keys, args.iters, args.warmup)
+        ps = push_pull_time(c, layout, step_keys, args.iters, args.warmup,
+                            dense=label.startswith("dense"))
         ring = time_allreduce(c, "ring", nbytes, DTYPE, args.iters, args.warmup)
         results.append(dict(label=label, bytes=nbytes, ps=ps, ring=ring))
     whole = embedding.num_values * DTYPE.itemsize
@@ -141,11 +152,11 @@ def show_throughput(results: list[dict], table: dict, iters: int) -> list[str]:
     """Print part 1's table; return its target lines."""
     print(f"# 1. push+pull vs ring allreduce, P = 2 (rank 0 serves, rank 1 works), float64, "
           f"median of {iters} steps, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'keys':>28} {'bytes':>10} {'push+pull us':>13} {'MB/s':>8} {'req/s':>8} "
+    print(f"{'keys':>28} {'bytes':>10} {'step us':>13} {'MB/s':>8} {'steps/s':>8} "
           f"{'ring us':>9} {'ring MB/s':>10} {'ps/ring':>8}")
     for r in results:
         print(f"{r['label']:>28} {format_size(r['bytes']):>10} {r['ps'] * 1e6:13.1f} "
-              f"{r['bytes'] / r['ps'] / 1e6:8.1f} {2 / r['ps']:8.0f} {r['ring'] * 1e6:9.1f} "
+              f"{r['bytes'] / r['ps'] / 1e6:8.1f} {1 / r['ps']:8.0f} {r['ring'] * 1e6:9.1f} "
               f"{r['bytes'] / r['ring'] / 1e6:10.1f} {r['ring'] / r['ps']:7.2f}x")
     sparse = results[-1]
     speedup = table["ring"] / sparse["ps"]

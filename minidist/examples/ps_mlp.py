@@ -6,7 +6,8 @@
 
 Ranks 0..S-1 are servers (``--servers S``), the others workers. Each worker,
 every clock, pulls the weights, computes the gradient of its own batch, pushes
-it and ticks its clock (``minidist.parallel.ps.training.train_mlp``). The
+it and ticks its clock, the push, the tick and the next pull in one request
+(``minidist.parallel.ps.training.train_mlp``). The
 servers apply the optimiser (``--optimizer``, ``--lr``; ``--staleness-aware``
 scales each gradient's step by 1/τ, τ = 1 + the updates it missed; ``--softsync N``
 applies the average of ⌊W/N⌋ gradients as one update) and enforce the
@@ -15,8 +16,8 @@ than ``--staleness`` clocks ahead of the slowest; ``asp``, none.
 
 ``--straggler RANK:FACTOR`` makes the worker of rank RANK FACTOR times slower.
 Under MPI it really sleeps, before each push, (FACTOR-1)× its own step as
-measured (pull and gradient; the median of its last few steps, from its
-second step on). Without mpirun, ``--ranks`` ranks run as tasks of this
+measured (the gradient and the traffic; the median of its last few steps,
+from its second step on). Without mpirun, ``--ranks`` ranks run as tasks of this
 process on a modelled clock: each step costs ``--compute`` modelled seconds,
 FACTOR times that on the straggler, and a run is the same to the bit every time.
 
@@ -51,23 +52,24 @@ class SleepingStraggler:
 
     ``compute_time`` (called once the gradient is computed, before the push) sleeps
     (factor-1)× the median of the last ``window`` steps measured; a step is measured
-    from ``on_step`` (the previous step's end) to ``compute_time``: the pull and the
-    gradient. The median keeps worker 0's scoring and the machine's hiccups out.
+    from one ``on_step`` (a step's end) to the next, less the sleep: the gradient and
+    the traffic. The median keeps worker 0's scoring and the machine's hiccups out.
     """
 
     def __init__(self, factor: float, window: int = 5) -> None:
-        self.factor, self.step_began = factor, None
+        self.factor, self.step_began, self.slept = factor, None, 0.0
         self.recent: deque[float] = deque(maxlen=window)
 
     def compute_time(self, clock: int, worker: int) -> float:
-        if self.step_began is not None:
-            self.recent.append(time.perf_counter() - self.step_began)
-        if self.recent:
-            time.sleep((self.factor - 1) * statistics.median(self.recent))
+        self.slept = (self.factor - 1) * statistics.median(self.recent) if self.recent else 0.0
+        time.sleep(self.slept)
         return 0.0  # real time passed: nothing to add to a modelled clock
 
     def on_step(self, clock: int) -> None:
-        self.step_began = time.perf_counter()
+        now = time.perf_counter()
+        if self.step_began is not None:
+            self.recent.append(now - self.step_began - self.slept)
+        self.step_began = now
 
 
 def parse_straggler(text: str) -> tuple[int, float]:
@@ -149,7 +151,8 @@ def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: 
             f"{summary['seconds']:.3g} {clock}; loss <= {args.target} at "
             f"{'never' if reached is None else f'{reached:.3g} {clock}'}; read staleness max "
             f"{max(reads, default=0)} mean {mean:.2f}; servers received "
-            f"{requests['PUSH']} pushes and {requests['PULL']} pulls in "
+            f"{requests['PUSH'] + requests['PUSH_PULL']} pushes and "
+            f"{requests['PULL'] + requests['PUSH_PULL']} pulls in "
             f"{summary['messages']} messages, {summary['bytes'] / 1e6:.1f} MB")
 
 

@@ -1,4 +1,4 @@
-"""What workers and servers say to each other: five requests, two answers.
+"""What workers and servers say to each other: six requests, two answers.
 
 A worker speaks to a server in **requests**; each starts with a fixed-size
 header (``HEADER_BYTES``, tag ``Tag.PS_REQUEST``) so that the server, which
@@ -11,6 +11,8 @@ request     payload                                answer (tag ``Tag.PS_REPLY``)
 =========  =====================================  ===================================
 PUSH        keys (int64) then their gradient rows   the shard's version (8 bytes)
 PULL        keys (int64)                            version (8 bytes) then the rows
+PUSH_PULL   a PUSH, a CLOCK, then a PULL            version (8 bytes) then the rows,
+            of its keys: keys, then rows            once the read is allowed
 CLOCK       none: "I finished an iteration"         none
 CHECKPOINT  none: "save the shards at this clock"   the clock saved (8 bytes)
 STOP        none: "I am done"                       none
@@ -48,6 +50,7 @@ class Kind(IntEnum):
     CLOCK = 3
     CHECKPOINT = 4
     STOP = 5
+    PUSH_PULL = 6
 
 
 class Header(NamedTuple):

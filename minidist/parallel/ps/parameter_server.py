@@ -15,6 +15,11 @@ ranks S..P-1 workers (worker w is rank S + w). A training script reads::
             worker.tick()
         worker.stop()
 
+(``worker.push_pull(keys, g)`` does a push, a tick and the next clock's pull in
+one round trip: ``train_mlp``'s loop. Its read is taken when the push arrives,
+a round trip earlier than a pull of its own, so under SSP and ASP it may miss
+updates a separate pull would see; the consistency rule bounds it alike.)
+
 The same code runs under MPI and on the in-process transport. There, by
 default, servers take requests in the order of the workers' modelled
 clocks (``server.py``), so a run is the same to the bit every time

@@ -25,6 +25,9 @@ A server's loop, per request:
      MPI): step 4. A BSP run is then the same on every run, on MPI too.
    - PULL: receive the keys; answer with the version and the rows if the
      consistency rule allows a read at the worker's clock, else park it.
+   - PUSH_PULL: a training step's three requests in one: the PUSH (not
+     acknowledged), then the CLOCK (its iteration is over), then the PULL of
+     the same keys at the new clock, whose answer it waits for.
    - CLOCK: the worker finished an iteration: record its clock.
    - CHECKPOINT: the worker waits at a checkpoint: once every running
      worker has asked at the same clock, save the shard, then answer them.
@@ -43,8 +46,9 @@ ends the whole job, and the run resumes from its last checkpoint. MPICH
 Cost per request, for k keys holding v values of b bytes, on the server:
 a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
 of 8 B; a PULL receives 48 B and 8k B and sends 8 + b·v B (a request with
-k = 0, for keys other servers hold: the header and an 8 B answer); CLOCK and
-STOP one 48 B message each. Work: O(v) per push or pull.
+k = 0, for keys other servers hold: the header and an 8 B answer); a
+PUSH_PULL receives a push's two and sends a pull's answer; CLOCK and STOP one
+48 B message each. Work: O(v) per push or pull.
 """
 
 from __future__ import annotations
@@ -195,7 +199,7 @@ class Server:
     # --- 3. handle one request -----------------------------------------------------------
     def _handle(self, worker: int, header: Header) -> None:
         kind = header.kind
-        if kind in (Kind.PUSH, Kind.PULL):
+        if kind in (Kind.PUSH, Kind.PULL, Kind.PUSH_PULL):
             # kept by the communicator between requests (no page faults per request); what
             # must outlive the request is copied
             payload = self.c.scratch(header.payload_bytes(self.dtype.itemsize), np.uint8,
@@ -204,12 +208,12 @@ class Server:
                 # communication: the request's keys (and, for a push, their gradient rows)
                 self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
             keys, rows = unpack(payload, header.keys, self.dtype)
-            if kind is Kind.PUSH and self.rule.holds_updates and keys.size:
-                self.held.append((worker, header, keys.copy(), rows.copy()))  # until the barrier
-                self._acknowledge(worker)
-            elif kind is Kind.PUSH:
-                self._push(worker, header, keys, rows)
-            else:
+            if kind is not Kind.PULL:
+                self._take_push(worker, header, keys, rows, acknowledge=kind is Kind.PUSH)
+            if kind is Kind.PUSH_PULL:  # the iteration is over: a read for the next one
+                header = header._replace(clock=header.clock + 1)
+                self.clocks[worker] = header.clock
+            if kind is not Kind.PUSH:
                 self.parked[worker] = (header, keys.copy())
         elif kind is Kind.CLOCK:
             self.clocks[worker] = header.clock
@@ -218,10 +222,21 @@ class Server:
         else:
             del self.clocks[worker]
 
+    def _take_push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
+                   acknowledge: bool) -> None:
+        """A push's rows: held until the barrier (BSP), else applied now."""
+        if self.rule.holds_updates and keys.size:
+            self.held.append((worker, header, keys.copy(), rows.copy()))  # until the barrier
+            if acknowledge:
+                self._acknowledge(worker)
+        else:
+            self._push(worker, header, keys, rows, acknowledge)
+
     def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
               acknowledge: bool = True) -> None:
         if not keys.size:  # nothing for this shard: acknowledge only
-            self._acknowledge(worker)
+            if acknowledge:
+                self._acknowledge(worker)
             return
         first = self.key_range[0]
         tau = self.shard.version - header.version + 1  # 1 + the updates it missed

@@ -12,6 +12,11 @@ Each worker, at each clock t:
    options);
 4. **tick**: the clock advances on every server.
 
+Steps 3, 4 and the next clock's 1 go as one request to each server
+(``Worker.push_pull``): one round trip a clock, where three requests would
+take two. The last clock pushes and ticks only (worker 0 still reads, to
+score).
+
 Worker 0 also scores the weights it pulled every ``eval_every`` clocks (on
 the test set, not counted as work): the loss and accuracy against its
 modelled (in-process) or real (MPI) time, from which the time to reach a
@@ -114,8 +119,9 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
           eval_every, on_step) -> list[tuple[float, int, float, float]]:
     worker, w = ps.worker(), c.rank - ps.servers
     keys, curve, started = layout.all_keys(), [], time.perf_counter()
+    values = worker.pull(keys) if worker.clock < steps or w == 0 else None
     for t in range(worker.clock, steps):
-        load_values(model, layout, worker.pull(keys))
+        load_values(model, layout, values)
         if w == 0 and t % eval_every == 0:
             curve.append(_score(c, started, t, model, test_set))
         rows = np.random.default_rng((seed, w, t)).integers(0, len(train_set.y), batch_size)
@@ -123,12 +129,16 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
         classification_loss(model, train_set.x[rows], train_set.y[rows]).backward()
         if compute_time is not None:
             c.compute(compute_time(t, w))
-        worker.push(keys, layout.flatten({n: p.grad for n, p in model.named_parameters()}))
-        worker.tick()
+        gradient = layout.flatten({n: p.grad for n, p in model.named_parameters()})
+        if t + 1 < steps or w == 0:  # push, tick, and the next clock's pull, in one
+            values = worker.push_pull(keys, gradient)
+        else:
+            worker.push(keys, gradient)
+            worker.tick()
         if on_step is not None:
             on_step(t)
     if w == 0:
-        load_values(model, layout, worker.pull(keys))
+        load_values(model, layout, values)
         curve.append(_score(c, started, steps, model, test_set))
     worker.stop()
     return curve

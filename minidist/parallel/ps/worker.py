@@ -5,6 +5,8 @@
     worker.push(keys, gradient)         # applied by the servers before push() returns
     worker.tick()                       # iteration finished: clock += 1 on every server
 
+    values = worker.push_pull(keys, gradient)   # the last three in one round trip
+
 ``ipull`` and ``ipush`` are the non-blocking forms: they return a handle
 whose ``wait()`` returns the rows (a pull) or the versions (a push), so a
 worker can overlap its next computation with the traffic. A worker splits
@@ -23,7 +25,8 @@ outstanding first waits for it.
 Traffic per request to one server holding k of the keys (v values, b
 bytes each): a push sends 48 B and 8k + b·v B and receives 8 B; a pull
 sends 48 B and 8k B and receives 8 + b·v B (with k = 0: the 48 B header
-and the 8 B answer only); tick, stop: 48 B to every server.
+and the 8 B answer only); a push_pull sends a push's and receives a
+pull's; tick, stop: 48 B to every server.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.messages import Header, Kind, version_and_rows
-from minidist.parallel.ps.plans import LastKeys, Route
+from minidist.parallel.ps.plans import LastKeys, Part, Route
 
 
 class Handle:
@@ -90,24 +93,13 @@ class Worker:
     def ipush(self, keys: np.ndarray, gradient: np.ndarray) -> Handle:
         """Send the gradient of the rows of ``keys`` (their values in the order of
         ``keys``, any shape of that size); ``wait()`` returns the servers' versions."""
-        route = self.routes(keys)
-        gradient = np.asarray(gradient)
-        if gradient.size != route.count:
-            raise ValueError(f"push of {route.keys.size} keys needs {route.count} gradient "
-                             f"values (their rows' widths summed), got shape {gradient.shape}")
-        gradient = np.ascontiguousarray(gradient, self.dtype)
+        route, gradient = self._checked_push(keys, gradient)
         self._begin()
         answers = []
         for part in route.parts:
             answer = np.empty(8, np.uint8)
             answers.append((part.server, self._ask(part.server, answer), answer))
-            payload = None
-            if part.keys.size:  # its keys, then their rows in key order, as servers store them
-                payload = route.pack_push(part, gradient, self.c.scratch(
-                    part.key_bytes.size + part.count * self.dtype.itemsize, np.uint8,
-                    "ps payload"))
-            self._request(part.server, Kind.PUSH, part.keys.size, part.count,
-                          self.versions[part.server], payload)
+            self._push_request(Kind.PUSH, route, part, gradient)
         handle = Handle(answers, lambda done: [int(a.view(np.int64)[0]) for _, _, a in done])
         self.outstanding_pushes = [h for h in self.outstanding_pushes if not h.done]
         self.outstanding_pushes.append(handle)
@@ -115,6 +107,25 @@ class Worker:
 
     def push(self, keys: np.ndarray, gradient: np.ndarray) -> list[int]:
         return self.ipush(keys, gradient).wait()
+
+    def ipush_pull(self, keys: np.ndarray, gradient: np.ndarray) -> Handle:
+        """A training step's traffic in one round trip: ``push(keys, gradient)``,
+        ``tick()``, then ``pull(keys)`` for the next iteration, as one request to each
+        server; ``wait()`` returns the rows, as ``pull``'s does."""
+        route, gradient = self._checked_push(keys, gradient)
+        self._begin()
+        answers = []
+        for part in route.parts:
+            answer = np.empty(8 + part.count * self.dtype.itemsize, np.uint8)
+            answers.append((part.server, self._ask(part.server, answer), answer))
+            self._push_request(Kind.PUSH_PULL, route, part, gradient)
+        self.clock += 1
+        handle = Handle(answers, lambda done: self._assemble(route, done))
+        self.outstanding_pull = handle
+        return handle
+
+    def push_pull(self, keys: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+        return self.ipush_pull(keys, gradient).wait()
 
     def tick(self) -> None:
         """This worker finished an iteration: its clock advances on every server."""
@@ -157,6 +168,22 @@ class Worker:
             self.outstanding_pull.wait()
             self.outstanding_pull = None
         self.begun = float(self.c.stats.clock) if self.modelled else 0.0
+
+    def _checked_push(self, keys: np.ndarray, gradient: np.ndarray) -> tuple[Route, np.ndarray]:
+        route = self.routes(keys)
+        gradient = np.asarray(gradient)
+        if gradient.size != route.count:
+            raise ValueError(f"push of {route.keys.size} keys needs {route.count} gradient "
+                             f"values (their rows' widths summed), got shape {gradient.shape}")
+        return route, np.ascontiguousarray(gradient, self.dtype)
+
+    def _push_request(self, kind: Kind, route: Route, part: Part, gradient: np.ndarray) -> None:
+        payload = None
+        if part.keys.size:  # its keys, then their rows in key order, as servers store them
+            payload = route.pack_push(part, gradient, self.c.scratch(
+                part.key_bytes.size + part.count * self.dtype.itemsize, np.uint8, "ps payload"))
+        self._request(part.server, kind, part.keys.size, part.count, self.versions[part.server],
+                      payload)
 
     def _request(self, server: int, kind: Kind, keys: int = 0, values: int = 0,
                  version: int = -1, payload: np.ndarray | None = None) -> None:
