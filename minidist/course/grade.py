@@ -13,10 +13,8 @@ The release gradebook (graded cells, points, hidden tests) is built once from
    ``sandbox.py`` (limits, own uid, course hidden: see ``isolation.py``);
 3. every process left behind is killed, the scores are read from the private
    gradebook, nbgrader's feedback step writes the HTML feedback (hidden tests
-   removed), and the private folder is deleted. The feedback runs in this
-   process, through nbgrader's API, one student at a time: a process of its
-   own would cost about 4 s a student in starting nbgrader, and it runs no
-   student code (it renders the notebook that autograde wrote).
+   removed; in this process, ``feedback.py``), and the private folder is
+   deleted.
 
 Whatever a notebook does (loop, crash its kernel, delete test cells, not be a
 notebook at all) ends as a score and a sentence in its own row.
@@ -39,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minidist.course import isolation
+from minidist.course.feedback import generate_feedback
 from minidist.course.release import NBGRADER, build_course, nbgrader_env
 from minidist.course.settings import known_labs, limits_for
 from minidist.course.submissions import Submission, collect
@@ -56,9 +55,6 @@ c.TrustedExecute.checks_file = {checks!r}
 c.KernelManager.transport = "ipc"  # unix sockets: they reach a kernel in its own network namespace
 c.KernelManager.ip = {ipc!r}
 """
-FEEDBACK_PREPROCESSORS = ["nbgrader.preprocessors.GetGrades",
-                          "nbgrader.preprocessors.ClearHiddenTests",
-                          "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 
 
 @dataclass
@@ -145,7 +141,7 @@ class Grader:
         self._scratch = Path(tempfile.mkdtemp(prefix="minidist-release-"))
         self._uids: set[int] = set()
         self._lock = threading.Lock()
-        self._feedback_lock = threading.Lock()  # nbgrader's apps share logging and config
+        self._feedback_lock = threading.Lock()  # one student's feedback at a time
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
@@ -242,20 +238,8 @@ class Grader:
                     result.task_scores[grade.name] = float(grade.score)
 
     def _write_feedback(self, course: Path, sub: Submission, result: GradeResult) -> None:
-        """``nbgrader generate_feedback`` for this student, in this process."""
-        from nbgrader.apps import NbGraderAPI
-        from nbgrader.coursedir import CourseDirectory
-        from traitlets.config import Config
-
-        config = Config()
-        config.CourseDirectory.root = str(course)
-        config.GenerateFeedback.preprocessors = FEEDBACK_PREPROCESSORS
-        with self._feedback_lock:
-            api = NbGraderAPI(CourseDirectory(config=config), config=config)
-            done = api.generate_feedback(sub.lab, sub.student, force=True)
-        pages = list((course / "feedback" / sub.student / sub.lab).glob("*.html"))
-        if not done["success"] or not pages:
-            log = done.get("error", "") + done.get("log", "")
+        pages, log = generate_feedback(course, sub.lab, sub.student, self._feedback_lock)
+        if log or not pages:
             result.problems.append("feedback could not be written: " + log[-200:])
         dest = self.out / "feedback" / sub.student / sub.lab
         dest.mkdir(parents=True, exist_ok=True)

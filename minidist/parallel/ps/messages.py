@@ -33,10 +33,13 @@ on every run (``server.py``, deterministic order).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
+
+from minidist.comm.transport.communicator import Request
 
 HEADER_FIELDS = 6
 HEADER_BYTES = 8 * HEADER_FIELDS
@@ -89,3 +92,12 @@ def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray
 def version_and_rows(reply: np.ndarray, dtype: np.dtype) -> tuple[int, np.ndarray]:
     """A pull's answer: (the shard's version, its rows)."""
     return int(reply[:8].view(np.int64)[0]), reply[8:].view(dtype)
+
+
+@dataclass
+class Listening:
+    """The header receive a server posts for one worker (``server.py``)."""
+
+    request: Request
+    buf: np.ndarray
+    header: Header | None = None  # set once received

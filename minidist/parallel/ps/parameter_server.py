@@ -47,8 +47,9 @@ from minidist.parallel.ps.checkpoint import load_shard, shard_file
 from minidist.parallel.ps.consistency import Consistency
 from minidist.parallel.ps.consistency import consistency as make_rule
 from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.reports import ServerReport, gather_reports  # noqa: F401
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState
-from minidist.parallel.ps.server import Server, ServerReport
+from minidist.parallel.ps.server import Server
 from minidist.parallel.ps.worker import Worker
 
 
@@ -131,12 +132,3 @@ def _saved_clock(path: str | os.PathLike) -> int:
                                 f"does not exist)")
     with np.load(shard_file(path, 0)) as saved:
         return int(saved["clock"])
-
-
-def gather_reports(reports: list[ServerReport], layout: KeyLayout) -> np.ndarray:
-    """Every server's final values as one vector of all keys (``layout.flatten``'s order)."""
-    ordered = sorted(reports, key=lambda report: report.key_range)
-    values = np.concatenate([report.values for report in ordered])
-    if values.size != layout.num_values:
-        raise ValueError(f"the reports hold {values.size} values, the layout {layout.num_values}")
-    return values

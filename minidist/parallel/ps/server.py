@@ -55,41 +55,19 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from minidist.comm.errors import CommError, PeerFailed
 from minidist.comm.tags import Tag
-from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm.transport.communicator import Communicator
 from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
-from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, unpack
+from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, Listening, unpack
 from minidist.parallel.ps.plans import FramedShard, LastKeys
+from minidist.parallel.ps.reports import ServerReport
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
-
-
-@dataclass
-class ServerReport:
-    """What a server returns: its final shard and what it saw."""
-
-    server: int
-    key_range: tuple[int, int]
-    values: np.ndarray
-    version: int
-    staleness: StalenessLog
-    requests: Counter = field(default_factory=Counter)  # Kind name -> count
-    dropped: list[int] = field(default_factory=list)  # workers that ended without STOP
-
-
-@dataclass
-class Listening:
-    """The header receive posted for one worker."""
-
-    request: Request
-    buf: np.ndarray
-    header: Header | None = None  # set once received
 
 
 class Server:
