@@ -37,6 +37,7 @@ the grader's, which keeps the gradients each rank handed it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,8 +57,10 @@ METHODS = {  # what the student's code may ask of each kind of lent object
 BY_METHODS = ("worker", "average")  # lent objects that are not communicators or requests
 
 
+@functools.cache
 def lent_kinds() -> dict[str, type]:
-    """The classes of the objects lent by their methods (``BY_METHODS``), by kind."""
+    """The classes of the objects lent by their methods (``BY_METHODS``), by kind (looked
+    up once: ``lendable`` asks of every value a call carries)."""
     from minidist.labkit.lab04_ranks import GradientAverager
     from minidist.parallel.ps.worker import Worker
 
@@ -157,8 +160,8 @@ class Lending:
                 self.objects[number] = ("request", result)
 
     def _adopt(self, number: int) -> None:
-        """Lend to this call a communicator (or worker, or averager) of its rank that was lent to an
-        earlier call of the check cell under ``number``: one the student's code kept (a
+        """Lend to this call a communicator (or worker, or averager) of its rank that was lent
+        to an earlier call of the check cell under ``number``: one the student's code kept (a
         Function's ``ctx.c``, an optimiser's ``self.comm``, a collective's duplicate)."""
         for obj, known in self.known.values():
             if (known == number and not isinstance(obj, Request) and self.stats is not None
