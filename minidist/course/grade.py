@@ -38,7 +38,8 @@ from pathlib import Path
 
 from minidist.course import isolation
 from minidist.course.feedback import generate_feedback
-from minidist.course.release import NBGRADER, build_course, nbgrader_env
+from minidist.course.nbgrader_fork import ForkServer
+from minidist.course.release import build_course, nbgrader_env
 from minidist.course.settings import known_labs, limits_for
 from minidist.course.submissions import Submission, collect
 
@@ -52,6 +53,7 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata"]
 c.TrustedExecute.checks_file = {checks!r}
+c.TrustedExecute.shutdown_kernel = "immediate"  # killed at the end: nothing in it is kept
 c.KernelManager.transport = "ipc"  # unix sockets: they reach a kernel in its own network namespace
 c.KernelManager.ip = {ipc!r}
 """
@@ -86,12 +88,12 @@ def source_notebooks(root: Path) -> dict[str, list[str]]:
             for lab in known_labs(root)}
 
 
-def build_release(root: Path, scratch: Path, labs: list[str]) -> Release:
+def build_release(root: Path, scratch: Path, labs: list[str], server: ForkServer) -> Release:
     """generate_assignment for ``labs`` into ``scratch``; read points and the locked cells
     the grader runs itself (``trusted.py``) from its gradebook."""
     from nbgrader.api import Gradebook
 
-    build_course(root, labs, scratch)
+    build_course(root, labs, scratch, server)
     notebooks = {lab: sorted(p.name for p in (scratch / "release" / lab).glob("*.ipynb"))
                  for lab in labs}
     checks: dict[str, dict[str, dict]] = {}
@@ -142,14 +144,17 @@ class Grader:
         self._uids: set[int] = set()
         self._lock = threading.Lock()
         self._feedback_lock = threading.Lock()  # one student's feedback at a time
+        self._nbgrader = ForkServer()  # forks each student's nbgrader run (nbgrader_fork.py)
 
     def close(self) -> None:
+        self._nbgrader.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def grade_all(self, folder: Path, jobs: int = 2) -> list[GradeResult]:
         submissions = collect(folder, source_notebooks(self.root))
         labs = sorted({s.lab for s in submissions if s.lab != "?"})
-        self.release = build_release(self.root, self._scratch, labs)  # only the labs handed in
+        # only the labs handed in; the fork server that will grade them builds the release
+        self.release = build_release(self.root, self._scratch, labs, self._nbgrader)
         hide = [self.root / name for name in ("solutions", "grading", "tests", ".git")]
         hide += [folder.resolve(), self.out.resolve()]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -199,11 +204,11 @@ class Grader:
                        limits.processes))
         (private / "home").mkdir()
         (private / "staging").mkdir()
-        command = [*NBGRADER, "autograde", sub.lab, "--force",
-                   f"--student={sub.student}", f"--CourseDirectory.root={course}"]
+        argv = ["autograde", sub.lab, "--force", f"--student={sub.student}",
+                f"--CourseDirectory.root={course}"]
         try:
-            returncode, log = isolation.run_isolated(command, course, env,
-                                                     limits.notebook_timeout_s)
+            returncode, log = isolation.run_nbgrader_isolated(
+                self._nbgrader, argv, course, env, limits.notebook_timeout_s)
         finally:
             if uid is not None:
                 isolation.kill_user(uid)

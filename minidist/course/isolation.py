@@ -2,7 +2,8 @@
 
 For each student, ``grade`` builds a private course folder (mode 0700) that
 holds a copy of the release gradebook and that student's notebook only, and
-runs nbgrader there in its own process group with a wall-clock limit. The
+runs nbgrader there in its own process group with a wall-clock limit (a fork of a
+process that imported nbgrader once: ``nbgrader_fork.py``). The
 kernel, which is what runs student code, starts in ``sandbox.py``; when the
 grader is root it runs as a user id of its own (``pick_uid``), so it cannot
 open the private folder, the gradebook or anyone else's work, and after the
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from minidist.course.nbgrader_fork import ForkServer
 from minidist.util.processes import stop_process_tree
 
 FIRST_SANDBOX_UID = 61000
@@ -108,17 +109,15 @@ def sandbox_settings(workdir: Path, staging: Path, uid: int | None, hide: list[P
                        "memory_mb": memory_mb, "cpu_s": cpu_s, "processes": processes})
 
 
-def run_isolated(command: list[str], cwd: Path, env: dict[str, str],
-                 timeout: float) -> tuple[int | None, str]:
-    """Run ``command`` in a new process group; stop all it started, at the end or on timeout.
-    Returns (returncode, None on timeout; the log's last 20,000 characters)."""
-    with tempfile.TemporaryFile(mode="w+") as log:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            returncode: int | None = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            returncode = None
+def run_nbgrader_isolated(server: ForkServer, argv: list[str], cwd: Path,
+                          env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """Run ``nbgrader ARGV`` in a process group of its own, forked by ``server``; stop all it
+    started, at the end or on timeout. Returns (exit status, None on timeout; the log's
+    last 20,000 characters)."""
+    with tempfile.NamedTemporaryFile(mode="w+", prefix="minidist-nbgrader-") as log:
+        process = server.start(argv, cwd, env, Path(log.name))
+        process.join(timeout)
+        returncode = process.exitcode
         stop_process_tree(process, grace=3.0)
         log.seek(0)
         return returncode, log.read()[-20000:]

@@ -8,7 +8,8 @@ course directory, so the repository never holds a gradebook, then normalise
 the notebooks (cell ids, key order) so that releasing twice gives the same
 bytes and ``labs/`` can be checked against a fresh release.
 
-Cost: one nbgrader process per lab, about a second each.
+Cost: one nbgrader run per lab, forked from a process that imported nbgrader
+once (``nbgrader_fork.py``), about a second each.
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from minidist.course.isolation import run_nbgrader_isolated
+from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.settings import known_labs
 from minidist.util.mpiexec import ONE_THREAD
-
-NBGRADER = [sys.executable, "-m", "minidist.course.nbgrader_cli"]  # `nbgrader`, faster to start
 
 
 def nbgrader_env(home: Path | None = None) -> dict[str, str]:
@@ -37,24 +37,26 @@ def nbgrader_env(home: Path | None = None) -> dict[str, str]:
     return env
 
 
-def run_nbgrader(args: list[str], course: Path, timeout: float = 300,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``nbgrader ARGS`` with ``course`` as course root (and working directory)."""
-    command = [*NBGRADER, *args, f"--CourseDirectory.root={course}",
-               f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}"]
-    return subprocess.run(command, cwd=course, env=env or nbgrader_env(course),
-                          capture_output=True, text=True, timeout=timeout,
-                          start_new_session=True)
-
-
-def build_course(root: Path, labs: list[str], course: Path) -> None:
-    """Make ``course`` an nbgrader course holding ``labs``: source/, release/, gradebook.db."""
-    for lab in labs:
-        shutil.copytree(root / "solutions" / lab, course / "source" / lab,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        done = run_nbgrader(["generate_assignment", lab, "--force"], course)
-        if done.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment {lab} failed:\n{done.stderr}")
+def build_course(root: Path, labs: list[str], course: Path,
+                 server: ForkServer | None = None) -> None:
+    """Make ``course`` an nbgrader course holding ``labs``: source/, release/, gradebook.db.
+    Each lab's ``nbgrader generate_assignment`` is a run of ``server`` (one of its own when
+    none is given)."""
+    own = server is None
+    server = server or ForkServer()
+    try:
+        for lab in labs:
+            shutil.copytree(root / "solutions" / lab, course / "source" / lab,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+            argv = ["generate_assignment", lab, "--force", f"--CourseDirectory.root={course}",
+                    f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}"]
+            returncode, log = run_nbgrader_isolated(server, argv, course, nbgrader_env(course),
+                                                    timeout=300)
+            if returncode != 0:
+                raise RuntimeError(f"nbgrader generate_assignment {lab} failed:\n{log}")
+    finally:
+        if own:
+            server.close()
 
 
 def normalise_notebook(path: Path) -> None:

@@ -1,0 +1,60 @@
+"""The grader's nbgrader fork server: each run a process of its own, its status and log kept."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import psutil
+import pytest
+
+from minidist.course.isolation import run_nbgrader_isolated
+from minidist.course.nbgrader_fork import ForkServer
+from minidist.course.release import nbgrader_env
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(
+    shutil.which("alembic") is None and not (Path(os.sys.executable).parent / "alembic").exists(),
+    reason="nbgrader is not installed")]
+
+
+@pytest.fixture
+def server():
+    forks = ForkServer()
+    yield forks
+    forks.close()
+
+
+def test_a_run_gives_nbgraders_status_and_output(server, tmp_path):
+    status, log = run_nbgrader_isolated(server, ["--version"], tmp_path,
+                                        nbgrader_env(tmp_path), timeout=60)
+    assert status == 0 and "nbgrader version" in log, log
+    status, log = run_nbgrader_isolated(server, ["autograde", "no_such_lab",
+                                                 f"--CourseDirectory.root={tmp_path}"],
+                                        tmp_path, nbgrader_env(tmp_path), timeout=60)
+    assert status == 1 and "no_such_lab" in log, log
+
+
+def test_runs_at_once_are_each_a_process_of_their_own(server, tmp_path):
+    logs = [tmp_path / f"log{i}" for i in range(3)]
+    for log in logs:
+        log.touch()
+    runs = [server.start(["--version"], tmp_path, nbgrader_env(tmp_path), log) for log in logs]
+    for run in runs:
+        run.join(60)
+    assert [run.exitcode for run in runs] == [0, 0, 0]
+    assert len({run.pid for run in runs}) == 3
+    assert all("nbgrader version" in log.read_text() for log in logs)
+
+
+def test_a_server_that_died_is_started_again_and_close_leaves_nothing(server, tmp_path):
+    env = nbgrader_env(tmp_path)
+    assert run_nbgrader_isolated(server, ["--version"], tmp_path, env, 60)[0] == 0
+    first = psutil.Process(server._server.pid)
+    first.kill()
+    first.wait(10)
+    assert run_nbgrader_isolated(server, ["--version"], tmp_path, env, 60)[0] == 0
+    second = psutil.Process(server._server.pid)
+    assert second.pid != first.pid
+    server.close()
+    assert not second.is_running() or second.status() == psutil.STATUS_ZOMBIE
