@@ -33,6 +33,9 @@ def test_a_run_gives_nbgraders_status_and_output(server, tmp_path):
                                                  f"--CourseDirectory.root={tmp_path}"],
                                         tmp_path, nbgrader_env(tmp_path), timeout=60)
     assert status == 1 and "no_such_lab" in log, log
+    status, log = run_nbgrader_isolated(server, ["--version"], tmp_path / "missing",
+                                        nbgrader_env(tmp_path), timeout=60)
+    assert status == 1 and "FileNotFoundError" in log, log  # the run's own error, logged
 
 
 def test_runs_at_once_are_each_a_process_of_their_own(server, tmp_path):

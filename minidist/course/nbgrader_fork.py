@@ -34,6 +34,8 @@ import selectors
 import subprocess
 import sys
 import threading
+import traceback
+from contextlib import suppress
 from pathlib import Path
 
 
@@ -58,6 +60,8 @@ def _run_nbgrader(request: dict) -> None:
         status = 0
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001  (into the run's log, as an uncaught error would go)
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -86,7 +90,8 @@ def serve() -> None:
                     pid = os.fork()
                     if pid == 0:
                         _run_nbgrader(request)
-                    os.setpgid(pid, pid)  # also here: no window in which it has none
+                    with suppress(ProcessLookupError, PermissionError):  # ended already
+                        os.setpgid(pid, pid)  # also here: no window in which it has none
                     pidfd = os.pidfd_open(pid)
                     children[pidfd] = (request["id"], pid)
                     selector.register(pidfd, selectors.EVENT_READ)
