@@ -154,21 +154,24 @@ class ForkServer:
         self._server = subprocess.Popen(
             [sys.executable, "-m", "minidist.course.nbgrader_fork"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, bufsize=1)
-        threading.Thread(target=self._listen, args=(self._server,), daemon=True).start()
+        self._runs = {}  # this server's runs: a dead one's listener must not end the next's
+        threading.Thread(target=self._listen, args=(self._server, self._runs),
+                         daemon=True).start()
 
-    def _listen(self, server: subprocess.Popen) -> None:
+    @staticmethod
+    def _listen(server: subprocess.Popen, runs: dict[int, Run]) -> None:
         for line in server.stdout:
             number, what, value = line.split()
-            run = self._runs[int(number)]
+            run = runs[int(number)]
             if what == "started":
                 run.pid = int(value)
                 run._started.set()
             else:
                 run.exitcode = int(value)
-                del self._runs[int(number)]
+                del runs[int(number)]
                 run._ended.set()
-        for run in list(self._runs.values()):  # the server died: no run can report
-            run.exitcode = run.exitcode if run.exitcode is not None else -9
+        for run in list(runs.values()):  # the server died: none of its runs can report
+            run.exitcode = -9
             run._started.set()
             run._ended.set()
 
