@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from minidist.comm import LocalCluster, RankError, RankFailure, Straggler
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam
-from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer, gather_reports
+from minidist.parallel.ps import (
+    KeyLayout,
+    ParameterServer,
+    ServerOptimizer,
+    gather_reports,
+    messages,
+)
 from minidist.util.mpiexec import mpi_vendor, mpiexec_command
 
 FEATURES, OUTPUTS, BATCH, STEPS = 5, 3, 8, 6
@@ -163,7 +169,10 @@ def test_asp_lets_the_fast_worker_run_ahead_and_reports_staleness():
     assert "staleness  reads  gradients" in logs.table()
 
 
-def test_traffic_matches_the_cost_in_the_docstrings():
+@pytest.mark.parametrize("inline_bytes", [messages.INLINE_BYTES, 0])
+def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, inline_bytes):
+    # 0: every payload after its header, in a message of its own (the long-payload path)
+    monkeypatch.setattr(messages, "INLINE_BYTES", inline_bytes)
     keys = LAYOUT.num_keys
     values = LAYOUT.num_values
     cluster = LocalCluster(3)
@@ -171,10 +180,13 @@ def test_traffic_matches_the_cost_in_the_docstrings():
     worker = cluster.stats[2]
     k = [LAYOUT.split(2)[s][1] - LAYOUT.split(2)[s][0] for s in range(2)]
     v = [int(LAYOUT.offsets[e] - LAYOUT.offsets[f]) for f, e in LAYOUT.split(2)]
+    assert 0 < 8 * k[0] + 8 * v[0] <= messages.INLINE_BYTES or not inline_bytes
+    apart = inline_bytes == 0  # a request with a payload is then two messages
     per_step_sent = sum(2 * 48 + 8 * k[s] + (8 * k[s] + 8 * v[s]) + 48 for s in range(2))
     per_step_recv = sum((8 + 8 * v[s]) + 8 for s in range(2))
     assert sum(k) == keys and sum(v) == values
-    assert worker.messages_sent == STEPS * 2 * 5 + 2  # pull 2, push 2, tick 1; stop
+    # pull 1 (2), push 1 (2), tick 1, per server; stop
+    assert worker.messages_sent == STEPS * 2 * (3 + 2 * apart) + 2
     assert worker.bytes_sent == STEPS * per_step_sent + 2 * 48
     assert worker.messages_recv == STEPS * 2 * 2
     assert worker.bytes_recv == STEPS * per_step_recv
@@ -186,7 +198,8 @@ def test_traffic_matches_the_cost_in_the_docstrings():
     pull_sent = sum(48 + 8 * k[s] for s in range(2))
     push_sent = sum(48 + 8 * k[s] + 8 * v[s] for s in range(2))
     pull_recv = sum(8 + 8 * v[s] for s in range(2))
-    assert fused.messages_sent == 2 * 2 + (STEPS - 1) * 2 * 2 + 2 * 3 + 2
+    # with a payload: the first pull, the push_pulls, the last push; then tick and stop
+    assert fused.messages_sent == (2 + (STEPS - 1) * 2 + 2) * (1 + apart) + 2 + 2
     assert fused.bytes_sent == pull_sent + STEPS * push_sent + 2 * 48 + 2 * 48
     assert fused.messages_recv == 2 + (STEPS - 1) * 2 + 2
     assert fused.bytes_recv == STEPS * pull_recv + 2 * 8

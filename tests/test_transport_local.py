@@ -131,6 +131,35 @@ def test_a_receive_buffer_must_fit_the_message():
         run(fn, 2)
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_irecv_upto_takes_a_shorter_message_and_counts_what_came(world_size):
+    def fn(c):
+        right, left = (c.rank + 1) % c.size, (c.rank - 1) % c.size
+        bufs = [np.full(6, -1, np.int32) for _ in range(2)]
+        receives = [c.irecv_upto(buf, left, tag) for buf, tag in zip(bufs, (4, 5), strict=True)]
+        for tag, n in ((4, c.rank + 1), (5, 6)):  # a shorter message, then an exact fit
+            c.send(np.arange(n, dtype=np.int32), right, tag)
+        first = c.wait_any(receives[:1])
+        receives[1].wait()
+        return first, [r.received for r in receives], [b.tolist() for b in bufs]
+
+    results, stats = run(fn, world_size)
+    for rank, (first, received, bufs) in enumerate(results):
+        n = (rank - 1) % world_size + 1
+        assert first == 0 and received == [4 * n, 24]
+        assert bufs == [list(range(n)) + [-1] * (6 - n), list(range(6))]
+        assert (stats[rank].messages_recv, stats[rank].bytes_recv) == (2, 4 * n + 24)
+
+    def too_long(c):
+        if c.rank == 0:
+            c.send(np.zeros(7, np.int32), 1)
+        else:
+            c.irecv_upto(np.zeros(6, np.int32), 0).wait()
+
+    with pytest.raises(RankError, match=r"message is 7 x int32, buffer is at most 6 x int32"):
+        run(too_long, 2)
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(RankError, match=r"send with rank 3, but the communicator has ranks 0..1"):
         run(lambda c: c.send(np.zeros(1), 3), 2)

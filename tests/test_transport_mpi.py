@@ -59,6 +59,17 @@ def transport_checks(c):
     seen["irecv_ok"] = bool(np.array_equal(buf, np.arange(1000.0) + left))
     seen["irecv_stats"] = c.stats.copy()
 
+    # irecv_upto: a shorter message fills the first items, counted by what came, through
+    # wait_any and wait alike
+    c.stats.reset()
+    bufs = [np.full(6, -1, np.int32) for _ in range(2)]
+    receives = [c.irecv_upto(b, left, tag=t) for b, t in zip(bufs, (4, 5), strict=True)]
+    for tag, n in ((4, c.rank + 1), (5, 6)):
+        c.send(np.arange(n, dtype=np.int32), right, tag)
+    seen["upto"] = (c.wait_any(receives[:1]), receives[1].wait(),
+                    [r.received for r in receives], [b.tolist() for b in bufs])
+    seen["upto_stats"] = c.stats.copy()
+
     # split: even and odd ranks, reversed by key; counters are shared with the parent
     sub = c.split(c.rank % 2, key=-c.rank)
     seen["sub"] = (sub.rank, sub.size, sub.stats is c.stats)
@@ -96,6 +107,11 @@ def test_mpi_transport_semantics_and_counters(world_size):
         assert (seen["ring_stats"].messages_sent, seen["ring_stats"].bytes_recv) == (1, 20)
         assert seen["irecv_ok"]
         assert (seen["irecv_stats"].bytes_sent, seen["irecv_stats"].bytes_recv) == (8000, 8000)
+        n = left + 1
+        assert seen["upto"] == (0, None, [4 * n, 24],
+                                [list(range(n)) + [-1] * (6 - n), list(range(6))])
+        assert (seen["upto_stats"].messages_recv, seen["upto_stats"].bytes_recv) == (2,
+                                                                                    4 * n + 24)
         same_color = [r for r in range(p) if r % 2 == rank % 2]
         assert seen["sub"] == (sorted(same_color, reverse=True).index(rank), len(same_color),
                                True)

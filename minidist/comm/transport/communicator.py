@@ -60,6 +60,15 @@ class Communicator(ABC):
         """Non-blocking receive into ``buf``."""
 
     @abstractmethod
+    def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        """Non-blocking receive of a message of at most ``buf``'s items (of its dtype; a
+        host array) into its first items; once complete, the request's ``received``
+        says how many bytes came. MPI lets any receive take a shorter message; here it
+        is asked for by name, so that a plain ``irecv`` of the wrong size stays an
+        error. A server that does not know how long a request is posts one of these
+        (``parallel/ps/messages.py``)."""
+
+    @abstractmethod
     def wait_any(self, requests: Sequence[Request]) -> int:
         """Block until one of ``requests`` completes; complete it and return its index
         (``MPI_Waitany``). A server that answers whichever client speaks first posts one

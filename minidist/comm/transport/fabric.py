@@ -65,20 +65,28 @@ class PostedRecv:
     """A receive waiting for its message (``message`` is set once matched)."""
 
     buf: np.ndarray
+    upto: bool = False  # a shorter message fills the first items (``irecv_upto``)
     message: Message | None = None
+    fitted: bool = False  # the message's data landed in ``buf``
 
     def take(self, message: Message) -> None:
         """Match ``message``; its data lands in ``buf`` if it fits (else the receiver's
-        completion reports the mismatch, on the receiver's rank)."""
+        completion reports the mismatch, on the receiver's rank): ``message.data`` is
+        then ``buf``, or its first items for a shorter message into an ``upto`` receive."""
         data, buf = message.data, self.buf
+        self.fitted = True
         if data.shape == buf.shape and data.dtype == buf.dtype:
             buf[...] = data
             message.data = buf
         elif data.dtype == buf.dtype and data.size == buf.size:
             buf.reshape(-1)[...] = data.reshape(-1)
             message.data = buf
+        elif self.upto and data.dtype == buf.dtype and data.size <= buf.size:
+            message.data = buf.reshape(-1)[:data.size]
+            message.data[...] = data.reshape(-1)
         else:
             message.data = data.copy()
+            self.fitted = False
         message.matched = True
         self.message = message
 
@@ -130,10 +138,10 @@ class Fabric:
             message.data = message.data.copy()
             _append(self.mailboxes, address, message)
 
-    def post_recv(self, address: Hashable, buf: np.ndarray) -> PostedRecv:
+    def post_recv(self, address: Hashable, buf: np.ndarray, upto: bool = False) -> PostedRecv:
         """Take the oldest queued message for ``address`` into ``buf``, else register the
-        receive."""
-        receive = PostedRecv(buf)
+        receive (``upto``: a shorter message may fill it)."""
+        receive = PostedRecv(buf, upto)
         queued = self.mailboxes.get(address)
         if queued:
             message = _first_out(self.mailboxes, address, queued)

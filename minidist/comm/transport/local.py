@@ -114,6 +114,10 @@ class LocalCommunicator(Communicator):
         posted, posted_at = self._post_recv(buf, source, tag)
         return RecvRequest(self, posted, buf, source, tag, posted_at)
 
+    def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> RecvRequest:
+        posted, posted_at = self._post_recv(buf, source, tag, upto=True)
+        return RecvRequest(self, posted, buf, source, tag, posted_at)
+
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
         """As :meth:`Communicator.sendrecv` (the receive posted, then the send, then both
@@ -153,8 +157,8 @@ class LocalCommunicator(Communicator):
         self.fabric.deliver((self.channel, self.rank, dest, tag), message, self.members[dest])
         return message
 
-    def _post_recv(self, buf: np.ndarray, source: int,
-                   tag: int) -> tuple[PostedRecv, tuple[float, float]]:
+    def _post_recv(self, buf: np.ndarray, source: int, tag: int,
+                   upto: bool = False) -> tuple[PostedRecv, tuple[float, float]]:
         """Checked, then handed to the fabric (matched at once if its message is waiting);
         with the clocks, (seconds, rounds), at which it was posted."""
         self._enter("recv", source, tag, buf)
@@ -162,7 +166,7 @@ class LocalCommunicator(Communicator):
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
         stats = self.state.stats
         # communication: the oldest message from `source` with `tag`, now or when it comes
-        posted = self.fabric.post_recv((self.channel, source, self.rank, tag), buf)
+        posted = self.fabric.post_recv((self.channel, source, self.rank, tag), buf, upto)
         return posted, (stats.seconds.now, stats.latencies.now)
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:

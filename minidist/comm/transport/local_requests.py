@@ -102,11 +102,17 @@ class RecvRequest(PointToPoint):
 
     def _complete(self, message: Message) -> None:
         data, buf = message.data, self.buf
-        if data is not buf:  # it did not fit (Message's docstring)
-            raise ValueError(f"rank {self.rank}: {self.what}: message is "
-                             f"{data.size} x {data.dtype}, buffer is {buf.size} x {buf.dtype}")
+        if not self.posted.fitted:  # PostedRecv.take
+            fit = "at most " if self.posted.upto else ""
+            raise ValueError(f"rank {self.rank}: {self.what}: message is {data.size} x "
+                             f"{data.dtype}, buffer is {fit}{buf.size} x {buf.dtype}")
         finish_recv(self.comm.state.stats, message, self.posted_at)
         self.completed = True
+
+    @property
+    def received(self) -> int:
+        """The bytes the message brought (complete receives only)."""
+        return self.posted.message.data.nbytes
 
 
 def finish_send(stats: LocalStats, message: Message) -> None:

@@ -84,13 +84,20 @@ class MPICommunicator(Communicator):
         self._count_recv(buf)
         return MPIRequest(self.mpi_comm.Irecv(buf, source, tag), self.mpi_comm)
 
+    def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        _check_contiguous(buf, "recv")
+        return UptoRequest(self.mpi_comm.Irecv(buf, source, tag), self.mpi_comm, self.stats)
+
     def wait_any(self, requests: Sequence[Request]) -> int:
         if not requests:
             raise ValueError("wait_any needs at least one request")
+        status = MPI.Status()
         try:
-            index = int(MPI.Request.Waitany([r.request for r in requests]))
+            index = int(MPI.Request.Waitany([r.request for r in requests], status))
         except MPI.Exception as err:
             raise named_failure(self.mpi_comm, err) from None
+        if isinstance(requests[index], UptoRequest):
+            requests[index].arrived(status)
         requests[index].wait()  # returns at once; a receive into a device array copies up
         return index
 
@@ -158,6 +165,39 @@ class MPIRequest(Request):
             return bool(self.request.Test())
         except MPI.Exception as err:
             raise named_failure(self.mpi_comm, err) from None
+
+
+class UptoRequest(MPIRequest):
+    """An ``irecv_upto``: counted once complete, by the bytes its status says came."""
+
+    def __init__(self, request: MPI.Request, mpi_comm: MPI.Comm, stats: CommStats) -> None:
+        super().__init__(request, mpi_comm)
+        self.stats, self.received = stats, None
+
+    def wait(self) -> None:
+        if self.received is None:
+            status = MPI.Status()
+            try:
+                self.request.Wait(status)
+            except MPI.Exception as err:
+                raise named_failure(self.mpi_comm, err) from None
+            self.arrived(status)
+
+    def test(self) -> bool:
+        if self.received is None:
+            status = MPI.Status()
+            try:
+                if not self.request.Test(status):
+                    return False
+            except MPI.Exception as err:
+                raise named_failure(self.mpi_comm, err) from None
+            self.arrived(status)
+        return True
+
+    def arrived(self, status: MPI.Status) -> None:
+        self.received = status.Get_count(MPI.BYTE)
+        self.stats.messages_recv += 1
+        self.stats.bytes_recv += self.received
 
 
 def named_failure(mpi_comm: MPI.Comm, err: MPI.Exception) -> Exception:

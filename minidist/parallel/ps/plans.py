@@ -92,6 +92,11 @@ class Route:
                                    slice(start, end) if order is None else order[start:end]))
             start = end
 
+    def pack_pull(self, part: Part, payload: np.ndarray) -> np.ndarray:
+        """``payload`` (bytes) filled with ``part``'s keys: a pull's payload."""
+        payload[...] = part.key_bytes
+        return payload
+
     def pack_push(self, part: Part, gradient: np.ndarray, payload: np.ndarray) -> np.ndarray:
         """``payload`` (bytes) filled with ``part``'s keys, then its rows of ``gradient``
         (the caller's order), rows in key order: ``messages.pack``'s layout."""
@@ -120,6 +125,7 @@ class FramedShard:
 
     def __init__(self, values: np.ndarray) -> None:
         self.buffer = np.empty(8 + values.nbytes, np.uint8)
+        self.version = self.buffer[:8].view(np.int64)  # the answer's first 8 bytes
         self.values = self.buffer[8:].view(values.dtype)
         self.values[...] = values
 
@@ -128,5 +134,5 @@ class FramedShard:
         buffer, if ``index`` is a run from the first value; else None."""
         if not isinstance(index, slice) or index.start != 0:
             return None
-        self.buffer[:8].view(np.int64)[0] = version
+        self.version[0] = version
         return self.buffer[:8 + index.stop * self.values.itemsize]

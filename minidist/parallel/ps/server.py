@@ -2,8 +2,9 @@
 
 A server's loop, per request:
 
-1. **Listen**: one header receive is posted for every worker still
-   running, so whichever speaks next is heard.
+1. **Listen**: one request receive is posted for every worker still
+   running, so whichever speaks next is heard (its header, and its payload
+   if short: ``messages.py``, the small-message path).
 2. **Choose** the next request. Under MPI: whichever arrives first
    (``wait_any``). On the in-process transport (deterministic order, the
    default there): wait until every listening worker has spoken, then take
@@ -15,15 +16,16 @@ A server's loop, per request:
    A worker whose read is parked sends nothing until it is answered
    (``worker.py``), so it is not waited for.
 3. **Handle** it:
-   - PUSH: receive the rows; its staleness τ = 1 + the updates applied
-     since the pull its gradient was computed from (``rules.py``); apply
+   - PUSH: take the rows (received with the header, or after it); its
+     staleness τ = 1 + the updates applied since the pull its gradient was
+     computed from (``rules.py``); apply
      the update (``ShardState.apply``), or add it to n-softsync's
      accumulator and apply the average once c have come;
      acknowledge with the version. Under BSP the push is held (and
      acknowledged) until every running worker has finished its iteration,
      then applied in the order the requests began (worker order under
      MPI): step 4. A BSP run is then the same on every run, on MPI too.
-   - PULL: receive the keys; answer with the version and the rows if the
+   - PULL: take the keys; answer with the version and the rows if the
      consistency rule allows a read at the worker's clock, else park it.
    - PUSH_PULL: a training step's three requests in one: the PUSH (not
      acknowledged), then the CLOCK (its iteration is over), then the PULL of
@@ -44,11 +46,11 @@ ends the whole job, and the run resumes from its last checkpoint. MPICH
 (the pip wheel, 5.0) offers no way on (README, "Parameter servers").
 
 Cost per request, for k keys holding v values of b bytes, on the server:
-a PUSH receives 2 messages (48 B header, 8k + b·v payload) and sends one
-of 8 B; a PULL receives 48 B and 8k B and sends 8 + b·v B (a request with
-k = 0, for keys other servers hold: the header and an 8 B answer); a
-PUSH_PULL receives a push's two and sends a pull's answer; CLOCK and STOP one
-48 B message each. Work: O(v) per push or pull.
+a PUSH receives 48 + 8k + b·v B (one message, or two when the payload is
+over ``INLINE_BYTES``) and sends 8 B; a PULL receives 48 + 8k B and sends
+8 + b·v B (a request with k = 0, for keys other servers hold: the header
+and an 8 B answer); a PUSH_PULL receives a push's and sends a pull's
+answer; CLOCK and STOP a 48 B message each. Work: O(v) per push or pull.
 """
 
 from __future__ import annotations
@@ -64,7 +66,14 @@ from minidist.comm.transport.communicator import Communicator
 from minidist.parallel.ps.checkpoint import save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout
-from minidist.parallel.ps.messages import HEADER_FIELDS, Header, Kind, Listening, unpack
+from minidist.parallel.ps.messages import (
+    HEADER_BYTES,
+    INLINE_BYTES,
+    Header,
+    Kind,
+    Listening,
+    unpack,
+)
 from minidist.parallel.ps.plans import FramedShard, LastKeys
 from minidist.parallel.ps.reports import ServerReport
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState, SoftSync
@@ -87,13 +96,15 @@ class Server:
         self.softsync, self.deterministic, self.dtype = softsync, deterministic, dtype
         self.checkpoint_path = checkpoint_path
         self.clocks = {w: clock for w in range(len(workers))}  # running workers' clocks
-        self.parked: dict[int, tuple[Header, np.ndarray]] = {}  # worker -> its waiting read
+        self.parked: dict[int, tuple[int, np.ndarray]] = {}  # worker -> its read (clock, keys)
         self.at_checkpoint: dict[int, Header] = {}
         self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
         # where a worker's keys lie in the shard, kept for its next request (plans.py)
         self.index_of = {w: LastKeys(lambda keys: layout.value_index(keys, base=key_range[0]))
                          for w in self.clocks}
+        # where a worker's next request lands: filled only once its last one is handled
+        self.inbox = {w: np.empty(HEADER_BYTES + INLINE_BYTES, np.uint8) for w in self.clocks}
 
     def serve(self, shard: ShardState) -> ServerReport:
         """Run until every worker has stopped or gone, updating ``shard`` (this server's
@@ -122,18 +133,19 @@ class Server:
                 self._unpark()
                 continue
             del listening[worker]
+            self._unpark()  # answers first: a worker waiting for one is not kept waiting
             if header.kind is not Kind.STOP:
                 listening[worker] = self._listen(worker)
-            self._unpark()
         self._apply_held()
         return ServerReport(self.server, self.key_range, self.shard.values,
                             self.shard.version, self.log, self.requests, self.dropped)
 
     # --- 1-2. listen, and choose whom to answer ------------------------------------------
     def _listen(self, worker: int) -> Listening:
-        buf = np.empty(HEADER_FIELDS, np.int64)
-        # communication: the next request header from this worker, whenever it comes
-        return Listening(self.c.irecv(buf, self.workers[worker], Tag.PS_REQUEST), buf)
+        buf = self.inbox[worker]
+        # communication: this worker's next request, whenever it comes: its header, and
+        # its payload if short
+        return Listening(self.c.irecv_upto(buf, self.workers[worker], Tag.PS_REQUEST), buf)
 
     def _next(self, listening: dict[int, Listening]) -> int | None:
         """The worker whose request comes next, its header received; None if one was
@@ -147,7 +159,7 @@ class Server:
             begun = {}
             for w in speaking:
                 try:
-                    begun[w] = Header.from_array(self.c.peek(listening[w].request)).timestamp
+                    begun[w] = Header.read(self.c.peek(listening[w].request)).timestamp
                 except CommError as err:
                     self._drop(w, listening, err)
                     return None
@@ -164,7 +176,7 @@ class Server:
         except CommError as err:
             self._drop(worker, listening, err)
             return None
-        listening[worker].header = Header.from_array(listening[worker].buf)
+        listening[worker].header = Header.read(listening[worker].buf)
         return worker
 
     def _drop(self, worker: int, listening: dict[int, Listening], err: CommError) -> None:
@@ -178,27 +190,31 @@ class Server:
     def _handle(self, worker: int, header: Header) -> None:
         kind = header.kind
         if kind in (Kind.PUSH, Kind.PULL, Kind.PUSH_PULL):
-            # kept by the communicator between requests (no page faults per request); what
-            # must outlive the request is copied
-            payload = self.c.scratch(header.payload_bytes(self.dtype.itemsize), np.uint8,
-                                     "ps payload")
-            if header.keys:  # none: the worker asked other servers only
-                # communication: the request's keys (and, for a push, their gradient rows)
-                self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
-            keys, rows = unpack(payload, header.keys, self.dtype)
+            keys, rows = unpack(self._payload(worker, header), header.keys, self.dtype)
             if kind is not Kind.PULL:
                 self._take_push(worker, header, keys, rows, acknowledge=kind is Kind.PUSH)
+            clock = header.clock
             if kind is Kind.PUSH_PULL:  # the iteration is over: a read for the next one
-                header = header._replace(clock=header.clock + 1)
-                self.clocks[worker] = header.clock
+                clock = self.clocks[worker] = clock + 1
             if kind is not Kind.PUSH:
-                self.parked[worker] = (header, keys.copy())
+                self.parked[worker] = (clock, keys.copy())
         elif kind is Kind.CLOCK:
             self.clocks[worker] = header.clock
         elif kind is Kind.CHECKPOINT:
             self.at_checkpoint[worker] = header
         else:
             del self.clocks[worker]
+
+    def _payload(self, worker: int, header: Header) -> np.ndarray:
+        """A request's keys (and, for a push, their gradient rows), as bytes; what must
+        outlive the request is copied by the caller."""
+        size = header.payload_bytes(self.dtype.itemsize)
+        if header.inline(self.dtype.itemsize):  # the small-message path: already here
+            return self.inbox[worker][HEADER_BYTES:HEADER_BYTES + size]
+        # kept by the communicator between requests (no page faults per request)
+        payload = self.c.scratch(size, np.uint8, "ps payload")
+        # communication: a long payload, after its header
+        return self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
 
     def _take_push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
                    acknowledge: bool) -> None:
@@ -259,10 +275,10 @@ class Server:
         if not self.parked and not self.at_checkpoint:
             return
         clocks = list(self.clocks.values())
-        for worker, (header, keys) in sorted(self.parked.items()):
-            if self.rule.may_serve(header.clock, clocks):
+        for worker, (clock, keys) in sorted(self.parked.items()):
+            if self.rule.may_serve(clock, clocks):
                 del self.parked[worker]
-                self.log.reads[max(0, header.clock - min(clocks, default=header.clock))] += 1
+                self.log.reads[max(0, clock - min(clocks, default=clock))] += 1
                 self._answer_read(worker, keys)
         waiting = list(self.at_checkpoint.values())
         if waiting and len(waiting) == len(self.clocks) and len({h.clock for h in waiting}) == 1:

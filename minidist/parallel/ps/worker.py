@@ -23,20 +23,24 @@ the read back until slower workers catch up). A request made while a pull is
 outstanding first waits for it.
 
 Traffic per request to one server holding k of the keys (v values, b
-bytes each): a push sends 48 B and 8k + b·v B and receives 8 B; a pull
-sends 48 B and 8k B and receives 8 + b·v B (with k = 0: the 48 B header
-and the 8 B answer only); a push_pull sends a push's and receives a
-pull's; tick, stop: 48 B to every server.
+bytes each): a push sends 48 + 8k + b·v B and receives 8 B; a pull sends
+48 + 8k B and receives 8 + b·v B (with k = 0: the 48 B header and the 8 B
+answer only); a push_pull sends a push's and receives a pull's; tick,
+stop: 48 B to every server. A request is one message, or two when its
+payload (the 8k + b·v or 8k B) is over ``INLINE_BYTES`` (``messages.py``);
+an answer is one message.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator, Request
 from minidist.parallel.ps.keys import KeyLayout
-from minidist.parallel.ps.messages import Header, Kind, version_and_rows
+from minidist.parallel.ps.messages import HEADER_BYTES, Header, Kind, version_and_rows
 from minidist.parallel.ps.plans import LastKeys, Part, Route
 
 
@@ -82,7 +86,7 @@ class Worker:
             answer = np.empty(8 + part.count * self.dtype.itemsize, np.uint8)
             answers.append((part.server, self._ask(part.server, answer), answer))
             self._request(part.server, Kind.PULL, part.keys.size,
-                          payload=part.key_bytes if part.keys.size else None)
+                          pack=lambda payload, part=part: route.pack_pull(part, payload))
         handle = Handle(answers, lambda done: self._assemble(route, done))
         self.outstanding_pull = handle
         return handle
@@ -178,19 +182,27 @@ class Worker:
         return route, np.ascontiguousarray(gradient, self.dtype)
 
     def _push_request(self, kind: Kind, route: Route, part: Part, gradient: np.ndarray) -> None:
-        payload = None
-        if part.keys.size:  # its keys, then their rows in key order, as servers store them
-            payload = route.pack_push(part, gradient, self.c.scratch(
-                part.key_bytes.size + part.count * self.dtype.itemsize, np.uint8, "ps payload"))
+        # its keys, then their rows in key order, as servers store them
         self._request(part.server, kind, part.keys.size, part.count, self.versions[part.server],
-                      payload)
+                      lambda payload: route.pack_push(part, gradient, payload))
 
     def _request(self, server: int, kind: Kind, keys: int = 0, values: int = 0,
-                 version: int = -1, payload: np.ndarray | None = None) -> None:
+                 version: int = -1, pack: Callable[[np.ndarray], object] | None = None) -> None:
+        """Send a request: its header, and its payload (``keys`` keys and ``values``
+        values), which ``pack`` writes into the buffer it is given."""
         header = Header(kind, self.clock, keys, values, version, self.begun)
-        # communication: the header, then (push, pull) the keys and rows
-        self.c.send(header.to_array(), self.servers[server], Tag.PS_REQUEST)
-        if payload is not None:
+        size = header.payload_bytes(self.dtype.itemsize)
+        inline = header.inline(self.dtype.itemsize)  # the small-message path (messages.py)
+        message = np.empty(HEADER_BYTES + size if inline else HEADER_BYTES, np.uint8)
+        header.write(message)
+        payload = message[HEADER_BYTES:] if inline else self.c.scratch(size, np.uint8,
+                                                                       "ps payload")
+        if size:
+            pack(payload)
+        # communication: the header, with the payload behind it if short
+        self.c.send(message, self.servers[server], Tag.PS_REQUEST)
+        if not inline:
+            # communication: a long payload, after its header
             self.c.send(payload, self.servers[server], Tag.PS_PAYLOAD)
 
     def _assemble(self, route: Route, answers: list) -> np.ndarray:
