@@ -255,6 +255,16 @@ def tail(x):
 
 def copied(x):
     return x + 0
+
+def short_message(c):
+    """Rank 0 sends 3 values, rank 1 takes them into a buffer of 5 (``irecv_upto``)."""
+    if c.rank == 0:
+        c.send(np.arange(3.0), 1, 4)
+        return None
+    buf = np.full(5, -1.0)
+    request = c.irecv_upto(buf, 0, 4)
+    request.wait()
+    return buf, request.received
 '''
 
 
@@ -307,6 +317,16 @@ def test_arrays_keep_their_identity_across_a_call(ranks_kernel):
     view = kernel("tail")(x)
     assert np.shares_memory(view, x) and list(view) == [2, 3, 4]
     assert not np.shares_memory(kernel("copied")(x), x)
+
+
+def test_a_lent_communicator_takes_a_shorter_message(ranks_kernel):
+    from minidist.labkit.ranks import run_ranks
+
+    _, kernel = ranks_kernel
+    results, stats = run_ranks(kernel("short_message"), 2, "short_message")
+    buf, received = results[1]
+    assert list(buf) == [0, 1, 2, -1, -1] and received == 24
+    assert (stats[1].messages_recv, stats[1].bytes_recv) == (1, 24)  # counted by the grader
 
 
 def test_only_what_was_lent_to_a_call_can_be_called_back():

@@ -48,8 +48,8 @@ from minidist.labkit import wire
 
 COUNTERS = ("messages_sent", "bytes_sent", "messages_recv", "bytes_recv")
 METHODS = {  # what the student's code may ask of each kind of lent object
-    "comm": frozenset({"send", "recv", "isend", "irecv", "sendrecv", "wait_any", "barrier",
-                       "split", "dup", "combine", "compute", "price_as_part_of"}),
+    "comm": frozenset({"send", "recv", "isend", "irecv", "irecv_upto", "sendrecv", "wait_any",
+                       "barrier", "split", "dup", "combine", "compute", "price_as_part_of"}),
     "request": frozenset({"wait", "test"}),
     "worker": frozenset({"pull", "push"}),
     "average": frozenset({"average"}),
@@ -188,13 +188,13 @@ class Lending:
             return getattr(target, method)(*args)
         if kind == "request":
             done = target.test() if method == "test" else target.wait() or True
-            return [done, self.receives.get(id(target)) if done else None]
+            return [done, self._received(target) if done else None]
         if method in ("send", "isend"):
             return getattr(target, method)(outgoing(args[0]), *args[1:])
-        if method in ("recv", "irecv"):
+        if method in ("recv", "irecv", "irecv_upto"):
             buf = incoming(args[0])
             result = getattr(target, method)(buf, *args[1:])
-            if method == "irecv":
+            if method != "recv":
                 self.receives[id(result)] = buf
             return result
         if method == "sendrecv":
@@ -203,10 +203,19 @@ class Lending:
             return target.sendrecv(sendbuf, args[1], recvbuf, *args[3:])
         if method == "wait_any":
             index = target.wait_any(args[0])
-            return [index, self.receives.get(id(args[0][index]))]
+            return [index, self._received(args[0][index])]
         if method == "combine":  # the kernel reduced the values; the shapes are charged here
             return target.combine(args[0], incoming(args[1]), incoming(args[2]), *args[3:])
         return getattr(target, method)(*args)  # barrier, split, dup, compute, price_as_part_of
+
+    def _received(self, request: Request) -> np.ndarray | None:
+        """What a completed receive brought: its buffer, or the part an ``irecv_upto``'s
+        message filled."""
+        buf = self.receives.get(id(request))
+        received = getattr(request, "received", None)
+        if buf is None or received is None:
+            return buf
+        return buf.reshape(-1)[:received // buf.itemsize]
 
 
 def kind_of(obj: Any) -> str:

@@ -167,11 +167,15 @@ def space(buf: Any) -> dict:
             "contiguous": bool(buf.flags.c_contiguous), "writeable": bool(buf.flags.writeable)}
 
 
-def fill(buf: np.ndarray, data: Any) -> None:
-    """Copy what the grader received into the student's buffer."""
-    if not (isinstance(data, np.ndarray) and data.shape == buf.shape):
+def fill(buf: np.ndarray, data: Any, upto: bool = False) -> None:
+    """Copy what the grader received into the student's buffer (``upto``: into its first
+    items, for an ``irecv_upto``)."""
+    if upto and isinstance(data, np.ndarray) and data.ndim == 1 and data.size <= buf.size:
+        buf.reshape(-1)[:data.size] = data
+    elif isinstance(data, np.ndarray) and data.shape == buf.shape:
+        buf[...] = data
+    else:
         raise wire.WireError("the grader's answer does not fit the receive buffer")
-    buf[...] = data
 
 
 class RelayedRequest(Lent, Request):
@@ -179,8 +183,10 @@ class RelayedRequest(Lent, Request):
     queued; the wait of a receive, and ``test``, ask the grader, and a completed receive
     lands in the student's buffer."""
 
-    def __init__(self, link: Link, number: int, buf: np.ndarray | None) -> None:
-        self._link, self.number, self.buf = link, number, buf
+    def __init__(self, link: Link, number: int, buf: np.ndarray | None,
+                 upto: bool = False) -> None:
+        self._link, self.number, self.buf, self.upto = link, number, buf, upto
+        self.received: int | None = None  # an irecv_upto's bytes, once complete
 
     def wait(self) -> None:
         if self.buf is None:
@@ -191,8 +197,12 @@ class RelayedRequest(Lent, Request):
     def test(self, method: str = "test") -> bool:
         done, data = self.link.call(self.number, method)
         if done and self.buf is not None:
-            fill(self.buf, data)
+            self.arrived(data)
         return bool(done)
+
+    def arrived(self, data: Any) -> None:
+        fill(self.buf, data, self.upto)
+        self.received = data.nbytes
 
 
 class RelayedObject(Lent):
@@ -253,6 +263,11 @@ class RelayedCommunicator(Lent, Communicator):
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         return self._queue("irecv", space(buf), source, tag, request_buf=buf)
 
+    def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        request = self._queue("irecv_upto", space(buf), source, tag, request_buf=buf)
+        request.upto = True
+        return request
+
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
         into = "same" if recvbuf is sendbuf else space(recvbuf)
@@ -264,7 +279,7 @@ class RelayedCommunicator(Lent, Communicator):
         requests = list(requests)
         index, data = self._call("wait_any", requests)
         if requests[index].buf is not None and data is not None:
-            fill(requests[index].buf, data)
+            requests[index].arrived(data)
         return index
 
     def barrier(self) -> None:
