@@ -1,8 +1,8 @@
 """Lab 6's checks give the same verdict on the student's functions seen from the grader.
 
 As in ``test_grading_integrity.py``, both ends run in one process
-(``serve.answer`` as the channel). A shard is built and pushed to by a
-probe that returns its arrays; a server consults the student's SSP rule by
+(``serve.answer`` as the channel). A shard is built and pushed to by
+probes, on arrays mapped from files the check reads back itself; a server consults the student's SSP rule by
 its answers; an accumulator's arrays come back through a probe; Task 4's
 servers are the grader's and each worker is lent to the student's
 ``read_rows`` and ``write_rows`` (in the kernel, a ``RelayedWorker``), so
@@ -89,6 +89,25 @@ def replication(get, read: str, write: str) -> None:
 def test_each_check_gives_the_local_verdict(kernel, answer):
     local = same_verdict(lambda get: CHECKS[answer](get(answer)), kernel)
     assert (local == "passed") == answer.startswith(("My", "staleness", "choose"))
+
+
+@pytest.mark.timeout(120)
+def test_in_place_is_read_from_the_arrays_not_from_the_kernels_word(kernel, monkeypatch):
+    """A shard that replaces its arrays, with the probe patched to say they were kept (in
+    a graded kernel the student's code may do that): the arrays the check reads did not
+    change, so the push fails on its values, both ways."""
+    from minidist.labkit import lab06_shard
+
+    honest = lab06_shard.pushed_once
+
+    def forged(shard, files, index, grad):
+        return honest(shard, files, index, grad)[0], True
+
+    # as the kernel finds it: the module's name for the probe
+    forged.__module__, forged.__qualname__ = lab06_shard.__name__, "pushed_once"
+    monkeypatch.setattr(lab06_shard, "pushed_once", forged)
+    local = same_verdict(lambda get: check_shard_update(get("ReplacingShard"), "sgd"), kernel)
+    assert "push 1 (a slice), values" in local and "replaced" not in local
 
 
 @pytest.mark.timeout(120)

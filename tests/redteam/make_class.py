@@ -423,6 +423,23 @@ def lab06_forges_the_servers_counters(nb: Notebook, course: dict) -> None:
            "def write_rows(*args):\n    _write_rows(*args)\n    zero_every_counter()\n")
 
 
+@attack("solution", ["lab06_shard_update"], lab="lab06_parameter_servers")
+def lab06_forges_in_place(nb: Notebook, course: dict) -> None:
+    """The solution's update, on new copies of the shard's arrays each push (not in place),
+    with the probe patched to report the arrays kept. The check reads the arrays from files
+    the shard's own are mapped on, which the copies never change."""
+    nb.set("answer_shard_update", nb.source("answer_shard_update") + "\n\n"
+           "import minidist.labkit.lab06_shard as _l6s\n_honest = _l6s.pushed_once\n\n\n"
+           "def _forged(shard, files, index, grad):\n"
+           "    return _honest(shard, files, index, grad)[0], True\n\n\n"
+           "_l6s.pushed_once = _forged\n_solved = MyShard.apply\n\n\n"
+           "def _on_copies(self, index, grad):\n    self.values = self.values.copy()\n"
+           "    if self.sums is not None:\n        self.sums = self.sums.copy()\n"
+           "    if self.moments is not None:\n"
+           "        self.moments = tuple(m.copy() for m in self.moments)\n"
+           "    _solved(self, index, grad)\n\n\nMyShard.apply = _on_copies\n")
+
+
 # ---- Lab 7 -------------------------------------------------------------------------------
 
 @attack("blank", "all", lab="lab07_pipelines")
