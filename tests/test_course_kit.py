@@ -55,6 +55,18 @@ def student_copy(released: dict, solution: dict, edits: dict[str, str] | None = 
     return notebook
 
 
+def without_explore(notebook: dict) -> dict:
+    """``notebook`` without the code cells after its last graded test: the lab's explore
+    part, which carries no points. A wrong answer's score does not depend on it, and the
+    solution's run shows that it runs under grading."""
+    cells = notebook["cells"]
+    last = max(i for i, cell in enumerate(cells) if cell["cell_type"] == "code"
+               and cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    notebook["cells"] = [cell for i, cell in enumerate(cells)
+                         if i <= last or cell["cell_type"] != "code"]
+    return notebook
+
+
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory):
     """Grade one mixed class of every lab; returns {(student, lab): GradeResult} and paths."""
@@ -73,7 +85,8 @@ def graded_class(tmp_path_factory):
         fixtures = FIXTURES / lab.split("_")[0]  # tests/fixtures/lab01 for lab01_autograd
         losses = fixtures / "expected_losses.json"
         for fixture, lost in (json.loads(losses.read_text()) if losses.exists() else {}).items():
-            shutil.copyfile(fixtures / f"{fixture}.ipynb", folder / f"{fixture}_{lab}.ipynb")
+            wrong = without_explore(json.loads((fixtures / f"{fixture}.ipynb").read_text()))
+            (folder / f"{fixture}_{lab}.ipynb").write_text(json.dumps(wrong))
             expected[(fixture, lab)] = lost
     (name, released), = notebooks(fresh / RED_TEAM_LAB).items()
     listener = socket.create_server(("127.0.0.1", 0))  # the kernel must not reach it

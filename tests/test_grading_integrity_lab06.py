@@ -4,10 +4,10 @@ As in ``test_grading_integrity.py``, both ends run in one process
 (``serve.answer`` as the channel). A shard is built and pushed to by
 probes, on arrays mapped from files the check reads back itself; a server
 consults the student's SSP rule by its answers; an accumulator's arrays
-come back through a probe; Task 4's
-servers are the grader's and each worker is lent to the student's
-``read_rows`` and ``write_rows`` (in the kernel, a ``RelayedWorker``), so
-the bytes the servers moved are counted on the grader's ranks.
+come back through a probe; Task 4's servers are the grader's and each
+worker is lent to the student's ``read_rows`` and ``write_rows`` (in the
+kernel, a ``RelayedWorker``), so the bytes the servers moved are counted on
+the grader's ranks.
 """
 
 from __future__ import annotations
