@@ -70,18 +70,18 @@ def reference_apply(opt: ServerOptimizer, values: np.ndarray, state: dict[str, n
     state["version"] += 1
 
 
+# the optimiser state each rule keeps, by the names ``state_of`` gives it
+STATE_NAMES = {"sgd": (), "adagrad": ("sums",), "adam": ("steps", "first", "second")}
+
+
 def state_of(shard: Any) -> dict[str, np.ndarray]:
     """The optimiser state a shard keeps, by name (what a checkpoint saves)."""
     state = {}
     if shard.sums is not None:
         state["sums"] = shard.sums
     if shard.moments is not None:
-        state.update(zip(("steps", "first", "second"), shard.moments, strict=True))
+        state.update(zip(STATE_NAMES["adam"], shard.moments, strict=True))
     return state
-
-
-# the optimiser state each rule keeps, by the names ``state_of`` gives it
-STATE_NAMES = {"sgd": (), "adagrad": ("sums",), "adam": ("steps", "first", "second")}
 
 
 def built_shard(shard_class: type, files: dict[str, File], rule: str, lr: float,
