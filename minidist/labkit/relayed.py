@@ -88,7 +88,7 @@ class Link:
         if request_buf is False:
             return None
         op["number"] = next(self.proposed)
-        return RelayedRequest(self, op["number"], request_buf)
+        return RelayedRequest(self, op["number"], request_buf, upto=method == "irecv_upto")
 
     def take_queue(self) -> list[dict]:
         """The queued operations, for the reply that ends the call."""
@@ -264,9 +264,7 @@ class RelayedCommunicator(Lent, Communicator):
         return self._queue("irecv", space(buf), source, tag, request_buf=buf)
 
     def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
-        request = self._queue("irecv_upto", space(buf), source, tag, request_buf=buf)
-        request.upto = True
-        return request
+        return self._queue("irecv_upto", space(buf), source, tag, request_buf=buf)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int,
                  sendtag: int = 0, recvtag: int = 0) -> np.ndarray:
