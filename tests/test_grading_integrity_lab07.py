@@ -16,7 +16,7 @@ import pytest
 from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab07 import check_1f1b, check_exchange, check_gpipe
-from minidist.labkit.lab07_costs import check_bubble, check_checkpointing
+from minidist.labkit.lab07_costs import check_bubble, check_checkpoint_memory, check_checkpointing
 
 WRONG = '''
 def forward_sending_twice(c, stage, micro, x, shape):
@@ -94,3 +94,28 @@ def test_the_log_and_the_bytes_are_the_graders(kernel):
     assert verdict(lambda: forged(namespace.__getitem__)) == "passed"
     assert ("forward_step of micro-batch 0 on rank 0 posted [send to rank 1 (tag 1), send to "
             "rank 1 (tag 1)]") in verdict(lambda: forged(remote))
+
+
+@pytest.mark.timeout(120)
+def test_checkpointing_memory_is_the_processs_not_the_kernels_word(kernel, monkeypatch):
+    """An answer that keeps every activation, with the probe patched to report no saved
+    bytes (in a graded kernel the student's code may do that): the saved-bytes check
+    believes it, the resident memory the operating system counts does not, both ways."""
+    from minidist.labkit import lab07_costs
+
+    honest = lab07_costs.checkpointed_answer
+
+    def forged(checkpoint_segments, segments, sizes, batch, seed):
+        loss, grads, _ = honest(checkpoint_segments, segments, sizes, batch, seed)
+        return loss, grads, 0
+
+    # as the kernel finds it: the module's name for the probe
+    forged.__module__, forged.__qualname__ = lab07_costs.__name__, "checkpointed_answer"
+    monkeypatch.setattr(lab07_costs, "checkpointed_answer", forged)
+    assert same_verdict(lambda get: check_checkpointing(get("keeps_everything"), 4, 2),
+                        kernel) == "passed"
+    local = same_verdict(lambda get: check_checkpoint_memory(get("keeps_everything")), kernel)
+    assert "as the operating system counts it" in local
+    assert same_verdict(lambda get: check_checkpoint_memory(get("checkpoint_segments")),
+                        kernel) == "passed"
+

@@ -73,6 +73,12 @@ class KernelChannel:
         self.client.start_channels()
         self.client.wait_for_ready(timeout=self.executor.startup_timeout)
 
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id (the sandbox becomes the kernel in the same process)."""
+        process = getattr(self.executor.km.provisioner, "process", None)
+        return getattr(process, "pid", None)
+
     def start_cell(self, deadline: float) -> None:
         self.deadline = deadline
 

@@ -16,7 +16,11 @@
    checkpointing (float64), and the most activation bytes the graph keeps at
    once (``md.autograd.saved_bytes``) must fall to what checkpointing the
    same segments with the library gives: an answer that keeps everything, or
-   cuts the graph instead of recomputing it, fails.
+   cuts the graph instead of recomputing it, fails. ``check_checkpoint_memory``
+   makes the same claim on an MLP whose activations weigh megabytes, in the
+   memory the operating system counts for the process that runs the answer
+   (``resident.py``: when graded, the kernel's, read by the grader): its peak
+   must stay nearer the library's checkpointed run than the plain one.
 
 While a task is checked, the library's answers to it are blocked.
 
@@ -29,6 +33,7 @@ the ranks, their modelled clock and the references stay in the grader.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +46,8 @@ from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect
 from minidist.labkit.lab07 import expect_one_process, make_batch
 from minidist.labkit.ranks import ClockLog, run_ranks
-from minidist.labkit.remote import on_student
+from minidist.labkit.remote import on_student, process_of
+from minidist.labkit.resident import large_blocks_returned, peak_growth
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import Pipeline
@@ -178,6 +184,7 @@ def checkpointed_step(forward: Callable[[Any], Tensor], sizes: list[int], batch:
 def checkpointed_answer(checkpoint_segments: Callable[..., Any], segments: int,
                         sizes: list[int], batch: int, seed: int) -> tuple[float, dict, int]:
     """Probe: ``checkpointed_step`` through ``checkpoint_segments(modules, segments, x)``."""
+    large_blocks_returned()
     return checkpointed_step(lambda model, x: checkpoint_segments(list(model), segments, x),
                              sizes, batch, seed)
 
@@ -204,3 +211,35 @@ def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, se
            f"without checkpointing it keeps {plain}, with each segment but the last "
            f"checkpointed {least}: pass each segment but the last through checkpoint(run, x), "
            "so that only its input is kept")
+
+
+def check_checkpoint_memory(checkpoint_segments: Callable[..., Any], layers: int = 16,
+                            segments: int = 4, width: int = 64, batch: int = 8192,
+                            block: tuple[str, ...] = LIBRARY_CHECKPOINT) -> None:
+    """The peak resident memory of one step through the student's checkpoints, against this
+    process's for the same step without checkpoints and with the library's."""
+    __tracebackhide__ = True
+    sizes, seed = [width] * layers + [3], 0
+    what = (f"checkpoint_segments on an MLP of {layers} layers of {width}, {segments} "
+            f"segments, a batch of {batch}")
+    large_blocks_returned()
+    grew = {}
+    for name, forward in (("plain", lambda model, x: model(x)), ("least", lambda model, x:
+                          checkpoint_sequential(list(model), segments, x))):
+        with peak_growth(os.getpid()) as grown:
+            loss, grads, _ = checkpointed_step(forward, sizes, batch, seed)
+        grew[name] = grown.bytes
+    with blocked(*block), peak_growth(process_of(checkpoint_segments)) as grown:
+        got_loss, got_grads, _ = on_student(checkpointed_answer, checkpoint_segments,
+                                            segments, sizes, batch, seed)
+    expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "
+                       "the last through md.checkpoint, which recomputes it in backward")
+    plain, least = grew["plain"], grew["least"]
+    if grown.bytes is None or plain is None or least is None:
+        return  # no /proc here: the claim rests on check_checkpointing's saved bytes
+    mib = 2 ** 20
+    expect(grown.bytes <= (plain + least) / 2, f"{what}: the process running it held up to "
+           f"{grown.bytes / mib:.0f} MiB more memory during the step, as the operating system "
+           f"counts it; without checkpointing the step takes {plain / mib:.0f} MiB, with the "
+           f"library's checkpoints {least / mib:.0f}: keep only each segment's input, and "
+           "recompute the segment in backward")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,12 @@ def on_student(probe: Callable[..., Any], obj: Any, *args: Any, **kwargs: Any) -
     return probe(obj, *args, **kwargs)
 
 
+def process_of(obj: Any) -> int | None:
+    """The pid of the process ``obj`` lives in: the kernel's for a ``Remote`` (None when the
+    grader cannot tell it), this one's otherwise."""
+    return obj._session.pid if isinstance(obj, Remote) else os.getpid()
+
+
 def name_of(obj: Any) -> str:
     """The name a check's sentence gives a student's class or function: its ``__name__``
     here, its name in the notebook when it is a ``Remote``."""
@@ -114,6 +121,7 @@ class Session:
 
     def __init__(self, channel: Callable[[str], str]):
         self.channel = channel
+        self.pid: int | None = getattr(channel, "pid", os.getpid())  # where the kernel runs
         self.mirrors = Mirrors(first_id=1, step=1)
         self.numbers = itertools.count(1)  # of tasks and lent objects, never reused
         self.lent: dict[int, tuple[Any, int]] = {}  # id -> (object, its number): relay.py
