@@ -114,8 +114,10 @@ def test_checkpointing_memory_is_the_processs_not_the_kernels_word(kernel, monke
     monkeypatch.setattr(lab07_costs, "checkpointed_answer", forged)
     assert same_verdict(lambda get: check_checkpointing(get("keeps_everything"), 4, 2),
                         kernel) == "passed"
-    local = same_verdict(lambda get: check_checkpoint_memory(get("keeps_everything")), kernel)
-    assert "as the operating system counts it" in local
+    namespace, remote = kernel
+    for get in (namespace.__getitem__, remote):  # the figures it measures differ run to run
+        failure = verdict(lambda get=get: check_checkpoint_memory(get("keeps_everything")))
+        assert "as the operating system counts it" in failure
     assert same_verdict(lambda get: check_checkpoint_memory(get("checkpoint_segments")),
                         kernel) == "passed"
 

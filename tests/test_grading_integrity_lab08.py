@@ -16,7 +16,7 @@ from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
 from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
-from minidist.labkit.lab08_zero import check_zero_step
+from minidist.labkit.lab08_zero import check_zero_memory, check_zero_step
 
 WRONG = '''
 class ForgingSum(Function):
@@ -51,6 +51,18 @@ class NoSum(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
+
+
+class WholeStateZeRO(MyZeRO):
+    """The right step, also keeping two moments of the whole vector (in a graded kernel it
+    may patch the probe that counts its arrays)."""
+
+    def step(self):
+        if not hasattr(self, "moments"):
+            self.moments = (np.zeros_like(self.flat), np.zeros_like(self.flat))
+        for moment in self.moments:
+            moment += 1.0
+        super().step()
 
 
 class LibraryZeRO(ShardedOptimizer):
@@ -92,3 +104,30 @@ def test_the_traffic_of_each_phase_is_counted_on_the_graders_fabric(kernel):
     assert verdict(lambda: forged(namespace.__getitem__)) == "passed"
     assert "g's forward sends one allreduce of the partial output" in verdict(
         lambda: forged(remote))
+
+
+@pytest.mark.timeout(120)
+def test_zeros_memory_is_the_processs_not_the_kernels_word(kernel, monkeypatch):
+    """Two moments of the whole vector kept on every rank, with the probe patched to leave
+    them out of the bytes kept: the bytes-kept check believes it, the resident memory the
+    operating system counts does not, both ways."""
+    from minidist.labkit import lab08_ranks, lab08_zero
+
+    honest = lab08_ranks.zero_results
+
+    def forged(bench):
+        result = honest(bench)
+        return dict(result, kept=result["kept"] - 2 * bench.zero.flat.nbytes)
+
+    # as the kernel finds it: the module's name for the probe
+    forged.__module__, forged.__qualname__ = lab08_ranks.__name__, "zero_results"
+    monkeypatch.setattr(lab08_ranks, "zero_results", forged)
+    monkeypatch.setattr(lab08_zero, "zero_results", forged)  # the check's own name for it
+    assert same_verdict(lambda get: check_zero_step(get("WholeStateZeRO"), 2, 1, "adam",
+                                                    [4, 7, 3]), kernel) == "passed"
+    namespace, remote = kernel
+    for get in (namespace.__getitem__, remote):  # the figures it measures differ run to run
+        failure = verdict(lambda get=get: check_zero_memory(get("WholeStateZeRO")))
+        assert "as the operating system counts it" in failure
+    assert same_verdict(lambda get: check_zero_memory(get("MyZeRO")), kernel) == "passed"
+

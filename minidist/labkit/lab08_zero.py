@@ -18,6 +18,12 @@ library's optimiser of this rank's shard). Three claims, in this order:
    one ``allgather`` of the shards padded to ceil(N/P), with or without their
    agreement checks, counted by the transport.
 
+``check_zero_memory`` makes claim 2 again in the memory the operating system
+counts for the process that holds the ranks' optimisers (``resident.py``:
+when graded, the kernel's, read by the grader), on an MLP of half a million
+parameters: after one step it must hold less than halfway between the
+library's ZeRO and one that keeps the whole vector's optimiser state.
+
 Each rank builds its MLP and optimiser, runs backward and steps through
 probes of ``lab08_ranks.py``, so that when the lab is graded they live in
 the kernel (the optimiser keeps the lent communicator from one step to the
@@ -43,10 +49,11 @@ from minidist.labkit.lab08_ranks import (
     zero_stepped,
 )
 from minidist.labkit.ranks import run_ranks
-from minidist.labkit.remote import name_of, on_student
+from minidist.labkit.remote import name_of, on_student, process_of
+from minidist.labkit.resident import large_blocks_returned, peak_growth
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
-from minidist.parallel.zero import OPTIMIZERS, values_held
+from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer, values_held
 from minidist.util import chunk_bounds
 
 LIBRARY_ZERO = ("lab08_zero_step",)
@@ -153,3 +160,49 @@ def expect_memory(what: str, results: list[dict[str, Any]], n: int, world_size: 
                           f"ZeRO-{stage} keeps {expected}: parameters N = {n}, gradients "
                           f"{held['gradients']}, the optimiser state of its shard K·n_r = "
                           f"{states}·{shard} (8 bytes a value){hint}")
+
+
+def resident_after_a_step(zero_class: type, world_size: int, stage: int, optimizer: str,
+                          sizes: list[int], what: str, block: tuple[str, ...]) -> int | None:
+    """Bytes the process holding ``zero_class``'s objects keeps after one step on each of P
+    ranks, every rank's model and optimiser still held (None where it cannot be read)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(world_size, sizes[0])), rng.integers(0, sizes[-1], world_size)
+
+    def body(c: Any) -> Any:
+        bench = on_student(zero_on_rank, zero_class, c, sizes, 0, optimizer, stage,
+                           HYPER[optimizer])
+        on_student(zero_backward, bench, c, x[c.rank:c.rank + 1], y[c.rank:c.rank + 1])
+        on_student(zero_stepped, bench, c)
+        return bench
+
+    with peak_growth(process_of(zero_class)) as grown:
+        benches, _ = run_ranks(body, world_size, what, block)
+    del benches  # held until the memory was read
+    return grown.kept
+
+
+def check_zero_memory(zero_class: type, world_size: int = 4, stage: int = 1,
+                      optimizer: str = "adam", sizes: tuple[int, ...] = (64, 512, 512, 512, 10),
+                      block: tuple[str, ...] = LIBRARY_ZERO) -> None:
+    """The resident memory P ranks' models and optimisers hold after one step, against the
+    library's ZeRO run here and the whole vector's optimiser state on every rank."""
+    __tracebackhide__ = True
+    sizes = list(sizes)
+    what = (f"{name_of(zero_class)}, ZeRO-{stage}, {optimizer}, P = {world_size}, MLP {sizes}, "
+            "one step")
+    large_blocks_returned()
+    library = resident_after_a_step(ShardedOptimizer, world_size, stage, optimizer, sizes,
+                                    what, ())
+    got = resident_after_a_step(zero_class, world_size, stage, optimizer, sizes, what, block)
+    if got is None or library is None:
+        return  # no /proc here: the claim rests on check_zero_step's bytes kept
+    n = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=False))
+    whole = 8 * STATES[optimizer] * sum(n - (hi - lo) for lo, hi in chunk_bounds(n, world_size))
+    mib = 2 ** 20
+    expect(got <= library + whole / 2, f"{what}: after the step the process holding the "
+           f"ranks keeps {got / mib:.0f} MiB more memory, as the operating system counts it; "
+           f"with the library's ZeRO it keeps {library / mib:.0f} MiB, and the whole vector's "
+           f"optimiser state on every rank would add {whole / mib:.0f} MiB: update only the "
+           "shard, with the optimiser of the shard (self.optimizer)")
+

@@ -532,6 +532,22 @@ def lab08_forges_the_counters(nb: Notebook, course: dict) -> None:
            "    @staticmethod\n    def backward(ctx, grad):\n        return grad, None\n")
 
 
+@attack("solution", ["lab08_zero_step"], lab="lab08_model_parallel")
+def lab08_keeps_the_whole_state(nb: Notebook, course: dict) -> None:
+    """The solution's step (the right weights and traffic), also keeping two moments of the
+    whole vector on every rank, with the probe patched to leave them out of the bytes kept.
+    The memory check reads the kernel's resident memory from the operating system."""
+    nb.set("answer_zero_step", nb.source("answer_zero_step") + "\n\n"
+           "import minidist.labkit.lab08_ranks as _l8r\n_honest = _l8r.zero_results\n\n\n"
+           "def _forged(bench):\n    result = _honest(bench)\n"
+           "    return dict(result, kept=result['kept'] - 2 * bench.zero.flat.nbytes)\n\n\n"
+           "_l8r.zero_results = _forged\n_solved = MyZeRO.step\n\n\n"
+           "def _keeps_the_whole_state(self):\n    if not hasattr(self, 'moments'):\n"
+           "        self.moments = (np.zeros_like(self.flat), np.zeros_like(self.flat))\n"
+           "    for moment in self.moments:\n        moment += 1.0\n    _solved(self)\n\n\n"
+           "MyZeRO.step = _keeps_the_whole_state\n")
+
+
 def filled(released: dict, solution: dict) -> dict:
     """The release with every answer cell holding the solution's code."""
     answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
