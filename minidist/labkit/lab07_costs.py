@@ -33,7 +33,6 @@ the ranks, their modelled clock and the references stay in the grader.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +45,8 @@ from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import expect
 from minidist.labkit.lab07 import expect_one_process, make_batch
 from minidist.labkit.ranks import ClockLog, run_ranks
-from minidist.labkit.remote import on_student, process_of
-from minidist.labkit.resident import large_blocks_returned, peak_growth
+from minidist.labkit.remote import on_student
+from minidist.labkit.resident import memory_of
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import Pipeline
@@ -184,7 +183,6 @@ def checkpointed_step(forward: Callable[[Any], Tensor], sizes: list[int], batch:
 def checkpointed_answer(checkpoint_segments: Callable[..., Any], segments: int,
                         sizes: list[int], batch: int, seed: int) -> tuple[float, dict, int]:
     """Probe: ``checkpointed_step`` through ``checkpoint_segments(modules, segments, x)``."""
-    large_blocks_returned()
     return checkpointed_step(lambda model, x: checkpoint_segments(list(model), segments, x),
                              sizes, batch, seed)
 
@@ -222,14 +220,13 @@ def check_checkpoint_memory(checkpoint_segments: Callable[..., Any], layers: int
     sizes, seed = [width] * layers + [3], 0
     what = (f"checkpoint_segments on an MLP of {layers} layers of {width}, {segments} "
             f"segments, a batch of {batch}")
-    large_blocks_returned()
     grew = {}
     for name, forward in (("plain", lambda model, x: model(x)), ("least", lambda model, x:
                           checkpoint_sequential(list(model), segments, x))):
-        with peak_growth(os.getpid()) as grown:
+        with memory_of(forward) as grown:
             loss, grads, _ = checkpointed_step(forward, sizes, batch, seed)
         grew[name] = grown.bytes
-    with blocked(*block), peak_growth(process_of(checkpoint_segments)) as grown:
+    with blocked(*block), memory_of(checkpoint_segments) as grown:
         got_loss, got_grads, _ = on_student(checkpointed_answer, checkpoint_segments,
                                             segments, sizes, batch, seed)
     expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "

@@ -24,7 +24,6 @@ import numpy as np
 from minidist.autograd import Function, Tensor
 from minidist.backend import to_numpy
 from minidist.comm import Communicator
-from minidist.labkit.resident import large_blocks_returned
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import Optimizer
@@ -163,7 +162,6 @@ def moe_on_rank(dispatch: Callable[..., Any], send_back: Callable[..., Any], c: 
 def zero_on_rank(zero_class: type, c: Any, sizes: list[int], seed: int, optimizer: str,
                  stage: int, hyper: dict[str, float]) -> Bench:
     """Probe: this rank's MLP (its own weights: rank 0's are broadcast) and its optimiser."""
-    large_blocks_returned()
     bench = Bench()
     bench.model = MLP(sizes, dtype=np.float64, rng=seed + c.rank)
     bench.zero = zero_class(bench.model.parameters(), c, optimizer, stage=stage, **hyper)

@@ -49,8 +49,8 @@ from minidist.labkit.lab08_ranks import (
     zero_stepped,
 )
 from minidist.labkit.ranks import run_ranks
-from minidist.labkit.remote import name_of, on_student, process_of
-from minidist.labkit.resident import large_blocks_returned, peak_growth
+from minidist.labkit.remote import name_of, on_student
+from minidist.labkit.resident import memory_of
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer, values_held
@@ -176,7 +176,7 @@ def resident_after_a_step(zero_class: type, world_size: int, stage: int, optimiz
         on_student(zero_stepped, bench, c)
         return bench
 
-    with peak_growth(process_of(zero_class)) as grown:
+    with memory_of(zero_class) as grown:
         benches, _ = run_ranks(body, world_size, what, block)
     del benches  # held until the memory was read
     return grown.kept
@@ -191,7 +191,6 @@ def check_zero_memory(zero_class: type, world_size: int = 4, stage: int = 1,
     sizes = list(sizes)
     what = (f"{name_of(zero_class)}, ZeRO-{stage}, {optimizer}, P = {world_size}, MLP {sizes}, "
             "one step")
-    large_blocks_returned()
     library = resident_after_a_step(ShardedOptimizer, world_size, stage, optimizer, sizes,
                                     what, ())
     got = resident_after_a_step(zero_class, world_size, stage, optimizer, sizes, what, block)

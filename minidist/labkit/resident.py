@@ -12,45 +12,76 @@ and the same check reads this process's.
 The check resets the process's peak (``/proc/<pid>/clear_refs``), lets the
 student's code run, and reads how far the resident set grew above where it
 stood, at its peak and at the end (what the code still holds): memory the
-code touched, whatever it reports. Two things keep the count honest for an
-honest answer too:
+code touched, whatever it reports. So that an honest answer's count is the
+same on every run, whatever the process did before, the process that
+allocates (``memory_of``):
 
-* ``large_blocks_returned()`` (called by the probe, in the process that
-  allocates) fixes the C allocator's threshold, so that every array of 128 KiB
-  or more is mapped when made and given back when freed: a freed array's
-  memory is not kept and reused unseen, nor kept and counted again;
-* the sizes are chosen so that what the claim is about (megabytes of
-  activations, of optimiser state) dwarfs what the interpreter itself
-  allocates.
+1. sets glibc's allocator to map every array of 128 KiB or more on its own
+   and give it back when freed (otherwise freed memory stays in the heap,
+   and a later array reuses it unseen or lands beside it, as the process's
+   history has it: the count would move from run to run), frees what
+   only reference cycles keep, and gives its free heap back to the system;
+2. runs the student's code;
+3. gives its free memory back again, and the count is read;
+4. sets the allocator back to thresholds under which large temporaries are
+   reused from the heap: left as in 1, each one would be mapped and faulted
+   in anew, and numerical code slows down several times.
+
+The sizes are chosen so that what the claim is about (megabytes of
+activations, of optimiser state) dwarfs what the interpreter itself
+allocates.
 
 What it does not see: memory the code keeps outside the process (a file it
 writes and reads back); memory it reserves and never writes (``np.zeros``
-costs a page only once the page is written); and memory reused from the
-process's own free heap after the code changes the allocator's settings
-itself (``ctypes``). Where ``/proc`` is missing (macOS), the claim is not
-checked this way.
+costs a page only once the page is written); and memory it keeps from
+being given back, so as to reuse it unseen (changing the C allocator's
+settings, or its ``malloc_trim``, through ``ctypes``). Where ``/proc`` is
+missing (macOS), the claim is not checked this way.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-MMAP_THRESHOLD = 128 * 1024  # bytes: arrays this large are mapped on their own
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+from minidist.labkit.remote import on_student, process_of
+
+# glibc's allocator: (mmap threshold, trim threshold) in bytes, while measuring and after
+SEPARATE, AFTER = (128 * 1024, 128 * 1024), (32 * 2 ** 20, 64 * 2 ** 20)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters
 
 
-def large_blocks_returned() -> None:
-    """Ask glibc's allocator to map every block of ``MMAP_THRESHOLD`` bytes or more on its own
-    and to give free memory back at once (no effect where the C library is not glibc)."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+def memory_returned(_: Any = None) -> None:
+    """Probe: free what only cycles keep (``gc.collect``), then give the free memory of this
+    process's heap back to the system (glibc's ``malloc_trim``; not elsewhere)."""
+    gc.collect()
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def allocator_for_measuring(_: Any, measuring: bool) -> None:
+    """Probe: ``measuring``: every block of ``SEPARATE`` bytes or more mapped on its own and
+    given back when freed, then ``memory_returned``; else the settings glibc's own rule
+    reaches for a program that freed a large block (``AFTER``), under which large
+    temporaries are reused from the heap rather than mapped, zeroed and faulted in anew."""
+    mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD)
+        mmap, trim = SEPARATE if measuring else AFTER
+        mallopt(_M_MMAP_THRESHOLD, mmap)
+        mallopt(_M_TRIM_THRESHOLD, trim)
+    if measuring:
+        memory_returned()
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
 
 
 @dataclass
@@ -75,6 +106,19 @@ def readable(pid: int | None) -> bool:
 
 
 @contextmanager
+def memory_of(obj: Any) -> Iterator[Growth]:
+    """``peak_growth`` of the process ``obj`` lives in, with its allocator set for measuring
+    (``allocator_for_measuring``) and its free memory given back before the memory is read."""
+    on_student(allocator_for_measuring, obj, True)
+    try:
+        with peak_growth(process_of(obj)) as grown:
+            yield grown
+            on_student(memory_returned, obj)
+    finally:
+        on_student(allocator_for_measuring, obj, False)
+
+
+@contextmanager
 def peak_growth(pid: int | None) -> Iterator[Growth]:
     """How far process ``pid``'s resident memory rose above where it stood when the block
     began, at its highest and at the block's end: the peak is reset, then read."""
@@ -85,5 +129,6 @@ def peak_growth(pid: int | None) -> Iterator[Growth]:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak (VmHWM) := now (VmRSS)
     start = _status(pid, "VmRSS")
     yield growth
-    growth.bytes = _status(pid, "VmHWM") - start
-    growth.kept = _status(pid, "VmRSS") - start
+    now = _status(pid, "VmRSS")
+    growth.kept = now - start
+    growth.bytes = max(_status(pid, "VmHWM"), now) - start  # the peak is updated lazily
