@@ -1,19 +1,23 @@
 """The grader's line to a student's kernel: one request in, one reply of data out.
 
-``KernelChannel`` is the ``channel`` of a ``labkit.remote.Session``. It sends
-a request over the kernel's own Jupyter connection as a comm message to
-``minidist.labkit.serve`` (which a first cell, ``listen()``, sets up: a comm
-message costs the kernel a fraction of a cell, and a multi-rank check sends
-hundreds), and reads the reply the kernel sends back on that comm: JSON text,
-parsed by ``labkit.wire`` as data. Whatever else the request printed is
-copied, as text, to the check's output (so a student's ``print`` shows in
-the feedback; it cannot add an error or a score to the graded cell).
+``KernelChannel`` is the ``channel`` of a ``labkit.remote.Session``. For
+each check cell it opens a line to the kernel: a unix socket it listens on
+in the kernel's working directory, which the kernel joins from a cell of its
+own (``labkit.serve.serve_line``) and serves until the check ends. Each
+request is one message on the line, and so is its reply: JSON text, parsed
+by ``labkit.wire`` as data. A message on the line costs tens of
+microseconds where a Jupyter message costs the kernel milliseconds, and a
+multi-rank check sends hundreds. Whatever the kernel printed while it served
+the check is copied, as text, to the check's output once the check ends (so
+a student's ``print`` shows in the feedback; it cannot add an error or a
+score to the graded cell). Only the kernel's own process may join the line
+(its pid, from the socket's credentials).
 
-Every wait has the cell's deadline: past it, the kernel is interrupted and
-``CellTimeout`` raised (and every later request of the cell raises it at
-once); a kernel that is no longer alive raises ``KernelDied``. Both are
-BaseExceptions, so no ``task`` turns them into a check's failure sentence:
-the executor records them and goes on.
+Every wait has the cell's deadline: past it, the line is dropped, the kernel
+interrupted and ``CellTimeout`` raised (and every later request of the cell
+raises it at once); a kernel that is no longer alive raises
+``KernelDied``. Both are BaseExceptions, so no ``task`` turns them into a
+check's failure sentence: the executor records them and goes on.
 
 A multi-rank check calls the kernel from the ranks of an in-process run,
 which take turns on a thread of their own (``comm.LocalCluster``), so a
@@ -25,21 +29,28 @@ time holds the channel.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import queue
+import socket
+import struct
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from jupyter_client import BlockingKernelClient
 from jupyter_core.utils import run_sync
 
-from minidist.labkit.serve import COMM_TARGET
+from minidist.labkit import wire
 
-MAX_PRINTED = 100_000  # characters of a request's printed output kept
-LISTEN = "__import__('minidist.labkit.serve', fromlist=['listen']).listen()"
+MAX_PRINTED = 100_000  # characters of a check cell's printed output kept
+SERVE = "__import__('minidist.labkit.serve', fromlist=['serve_line']).serve_line({path!r})"
+ACCEPT_SLICE_S = 0.02  # how often the grader looks whether the serving cell ended instead
 
 
 class CellTimeout(BaseException):
@@ -51,7 +62,11 @@ class KernelDied(BaseException):
 
 
 class NoReply(Exception):
-    """The kernel finished a request without a reply (the notebook broke ``serve``)."""
+    """The kernel ended a request without a reply (the notebook broke ``serve``)."""
+
+
+NO_REPLY = ("the notebook's kernel gave no answer to the check (did the notebook replace "
+            "minidist.labkit?)")
 
 
 class KernelChannel:
@@ -62,12 +77,13 @@ class KernelChannel:
         self.client: BlockingKernelClient | None = None
         self.deadline = float("inf")
         self._lock = threading.Lock()
-        self._comm: str | None = None  # the comm the kernel answers on, once opened
+        self._line: socket.socket | None = None  # this check cell's line, once opened
+        self._serving = ""  # the id of the kernel's cell that serves it
 
     def connect(self) -> None:
         if self.client is not None:
             self.client.stop_channels()
-        self._comm = None
+        self._drop_line()
         self.client = BlockingKernelClient()
         self.client.load_connection_info(self.executor.km.get_connection_info())
         self.client.start_channels()
@@ -91,33 +107,39 @@ class KernelChannel:
     def _alive(self) -> bool:
         return bool(self._manage(self.executor.km.is_alive))
 
-    def _execute(self, code: str, reply_wanted: bool = False) -> Any:
-        """Run ``code`` as a cell; its reply (None if none) once the kernel is idle."""
-        return self._send("execute_request", {
-            "code": code, "silent": False, "store_history": False, "user_expressions": {},
-            "allow_stdin": False, "stop_on_error": False}, reply_wanted)
-
-    def _send(self, kind: str, content: dict, reply_wanted: bool) -> Any:
-        """Send one message to the kernel; the reply it sent back on the comm (None if
-        none) once it is idle again."""
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """The channel, for one request at a time, within the cell's deadline."""
         left = self.deadline - time.monotonic()
         if left <= 0 or not self._lock.acquire(timeout=-1 if left == float("inf") else left):
             raise CellTimeout
         try:
-            return self._send_holding_the_lock(kind, content, reply_wanted)
+            yield
         finally:
             self._lock.release()
 
-    def _send_holding_the_lock(self, kind: str, content: dict, reply_wanted: bool) -> Any:
+    # --- cells: Jupyter's messages -----------------------------------------------------------
+    def _execute(self, code: str, printed: bool = False) -> None:
+        """Run ``code`` as a cell, until the kernel is idle again."""
+        with self._holding():
+            self._until_idle(self._start(code), printed)
+
+    def _start(self, code: str) -> str:
+        """Send ``code`` as a cell to run; its message id."""
         if self.client is None:
             self.connect()
         iopub = self.client.iopub_channel
         while iopub.msg_ready():  # what the notebook's own cells published
             iopub.get_msg(timeout=0)
-        message = self.client.session.msg(kind, content)
+        message = self.client.session.msg("execute_request", {
+            "code": code, "silent": False, "store_history": False, "user_expressions": {},
+            "allow_stdin": False, "stop_on_error": False})
         self.client.shell_channel.send(message)
-        msg_id = message["header"]["msg_id"]
-        reply, printed, checked = None, 0, time.monotonic()
+        return message["header"]["msg_id"]
+
+    def _until_idle(self, msg_id: str, printed: bool) -> None:
+        """Wait until the cell ``msg_id`` has run, copying what it printed when ``printed``."""
+        iopub, copied, checked = self.client.iopub_channel, 0, time.monotonic()
         while True:
             if time.monotonic() > self.deadline:
                 self._interrupt(msg_id)
@@ -133,20 +155,28 @@ class KernelChannel:
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and reply_wanted and printed < MAX_PRINTED:
-                text = str(content.get("text", ""))[:MAX_PRINTED - printed]
+            if kind == "stream" and printed and copied < MAX_PRINTED:
+                text = str(content.get("text", ""))[:MAX_PRINTED - copied]
                 sys.stdout.write(text)
-                printed += len(text)
-            elif kind == "comm_msg" and reply is None:
-                reply = content.get("data", {}).get("reply")
+                copied += len(text)
             elif kind == "status" and content.get("execution_state") == "idle":
                 break
         while self.client.shell_channel.msg_ready():
             self.client.shell_channel.get_msg(timeout=0)
-        return reply
+
+    def _ended(self, msg_id: str) -> bool:
+        """Whether the cell ``msg_id`` has already run (its idle status came), unwaited."""
+        iopub = self.client.iopub_channel
+        while iopub.msg_ready():
+            msg = iopub.get_msg(timeout=0)
+            if (msg.get("parent_header", {}).get("msg_id") == msg_id
+                    and msg["msg_type"] == "status"
+                    and msg["content"].get("execution_state") == "idle"):
+                return True
+        return False
 
     def _interrupt(self, msg_id: str) -> None:
-        """Interrupt the request; wait a little for the kernel to be idle again."""
+        """Interrupt the cell; wait a little for the kernel to be idle again."""
         self._manage(self.executor.km.interrupt_kernel)
         until = time.monotonic() + 5
         try:
@@ -159,18 +189,87 @@ class KernelChannel:
         except queue.Empty:
             pass
 
+    # --- requests: the line -------------------------------------------------------------------
     def __call__(self, text: str) -> str:
-        if self._comm is None:  # the kernel's side of the comm, then the comm
-            self._execute(LISTEN)
-            self._comm = uuid.uuid4().hex
-            self._send("comm_open", {"comm_id": self._comm, "target_name": COMM_TARGET,
-                                     "data": {}}, reply_wanted=False)
-        reply = self._send("comm_msg", {"comm_id": self._comm, "data": {"request": text}},
-                           reply_wanted=True)
-        if not isinstance(reply, str):
-            raise NoReply("the notebook's kernel gave no answer to the check (did the notebook "
-                          "replace minidist.labkit?)")
-        return reply
+        with self._holding():
+            if self._line is None:
+                self._open_line()
+            try:
+                self._line.settimeout(max(1e-3, self.deadline - time.monotonic()))
+                wire.send_text(self._line, text)
+                reply = wire.recv_text(self._line)
+            except TimeoutError:
+                self._drop_line()  # the kernel's loop ends once its request does
+                self._interrupt(self._serving)
+                raise CellTimeout from None
+            except OSError:
+                reply = None
+            if reply is None:  # the line closed: the kernel died, or its loop ended
+                self._drop_line()
+                if not self._alive():
+                    raise KernelDied
+                raise NoReply(NO_REPLY)
+            return reply
+
+    def _open_line(self) -> None:
+        """Listen on a new socket in the kernel's folder, have a cell of the kernel join it
+        (``serve_line``), and keep the kernel's connection as this cell's line."""
+        sandbox = json.loads(os.environ.get("MINIDIST_SANDBOX", "null")) or {}
+        folder = sandbox.get("workdir") or tempfile.gettempdir()
+        path = os.path.join(folder, f".line-{uuid.uuid4().hex[:16]}")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            os.chmod(path, 0o666)  # the kernel's user joins; the folder is the kernel's own
+            listener.listen(4)
+            self._serving = self._start(SERVE.format(path=path))
+            self._line = self._accept_the_kernel(listener)
+        finally:
+            listener.close()
+            with suppress(OSError):
+                os.unlink(path)
+
+    def _accept_the_kernel(self, listener: socket.socket) -> socket.socket:
+        kernel, checked = self.pid, time.monotonic()
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self._interrupt(self._serving)
+                raise CellTimeout
+            listener.settimeout(min(ACCEPT_SLICE_S, left))
+            try:
+                line, _ = listener.accept()
+            except TimeoutError:
+                if self._ended(self._serving):  # the cell ended without joining
+                    raise NoReply(NO_REPLY) from None
+                if time.monotonic() - checked > 1.0:
+                    checked = time.monotonic()
+                    if not self._alive():
+                        raise KernelDied from None
+                continue
+            pid, _, _ = struct.unpack("3i", line.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if kernel is None or pid == kernel:
+                line.settimeout(None)
+                return line
+            line.close()  # another process of the student's: only the kernel may answer
+
+    def _drop_line(self) -> None:
+        if self._line is not None:
+            with suppress(OSError):
+                self._line.close()
+            self._line = None
+
+    def end_cell(self) -> None:
+        """The check cell is over: the kernel's serving cell ends, and what it printed is
+        copied to the check's output."""
+        if self._line is None:
+            return
+        with self._holding():
+            with suppress(OSError):
+                wire.send_text(self._line, "")
+            self._drop_line()
+            self._until_idle(self._serving, printed=True)
 
     def reset(self) -> None:
         """Start a check cell: the kernel forgets the last cell's tensors and results."""
@@ -179,7 +278,7 @@ class KernelChannel:
     def run_quietly(self, source: str) -> bool:
         """Run a cell again after a restart, its output dropped; False if it failed to end."""
         try:
-            self._execute(source, reply_wanted=False)
+            self._execute(source)
         except (CellTimeout, KernelDied):
             return False
         return True
@@ -188,7 +287,7 @@ class KernelChannel:
         """Whether the kernel answers a trivial request within a few seconds."""
         self.deadline = time.monotonic() + 5
         try:
-            self._execute("None", reply_wanted=False)
+            self._execute("None")
         except (CellTimeout, KernelDied):
             return False
         return True

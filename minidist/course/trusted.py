@@ -121,8 +121,11 @@ class TrustedExecute(Execute):
         self._channel.start_cell(time.monotonic() + (self.timeout or 60))
         try:
             with redirect_stdout(printed):
-                self._channel.reset()
-                exec(compile(source, "<check>", "exec"), self._namespace)
+                try:
+                    self._channel.reset()
+                    exec(compile(source, "<check>", "exec"), self._namespace)
+                finally:  # the kernel stops serving the check; what it printed comes
+                    self._channel.end_cell()
         except CellTimeout:
             outputs.append(error_output(self.error_on_timeout["ename"],
                                         self.error_on_timeout["evalue"]))
@@ -139,11 +142,10 @@ class TrustedExecute(Execute):
         return outputs
 
     def _drop_what_the_check_published(self) -> None:
-        """Drop, unread, what the kernel published to nbclient's client while it answered
-        the check's requests (a status or comm message or two each: thousands for a
-        multi-rank check), until none has come for ``QUIET_S`` (some are still on their
-        way); nbclient would otherwise parse them all while it waits for the next cell's
-        output, and give up after its IOPub timeout."""
+        """Drop, unread, what the kernel published to nbclient's client while it served the
+        check (its serving cell's status, input and printed text), until none has come for
+        ``QUIET_S`` (some are still on their way); nbclient would otherwise read them while
+        it waits for the next cell's output."""
         socket = zmq.Socket.shadow(self.kc.iopub_channel.socket.underlying)
         until = time.monotonic() + DRAIN_S
         while time.monotonic() < until and socket.poll(QUIET_S * 1000):

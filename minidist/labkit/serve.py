@@ -1,10 +1,11 @@
 """The kernel's side of a graded check: answer the grader's calls with data.
 
 The grader (``minidist.course.trusted``) sends each call as a message on a
-Jupyter comm that ``listen()`` opened in the student's kernel. ``answer``
-finds the named object in the notebook's namespace, calls it (or runs a
+unix socket, its line to the kernel for one check cell, which
+``serve_line`` serves in the kernel while the check runs. ``answer`` finds
+the named object in the notebook's namespace, calls it (or runs a
 ``labkit`` probe on it) with the decoded arguments, under the same
-``blocked`` targets as the check, and the reply goes back on the comm: the
+``blocked`` targets as the check, and the reply goes back on the line: the
 result as data (``wire.py``), objects that are not data as handles kept here,
 the tensors and argument arrays that changed, or the exception's name and
 message. A call that was lent a communicator runs as a task that may reply
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +32,6 @@ from minidist.labkit import relayed, wire
 from minidist.labkit.blocking import blocked
 from minidist.labkit.mirror import Mirrors, build_context, digest
 
-COMM_TARGET = "minidist-serve"
 ALLOW = frozenset({"$tensor", "$ref", "$class", "$dataset", "$step"})
 # what the grader lends a call (relay.py)
 LENT = frozenset({"$comm", "$request", "$worker", "$average"})
@@ -205,12 +206,18 @@ def answer(text: str, namespace: dict | None = None) -> str:
     return json.dumps(reply)
 
 
-def listen() -> None:
-    """Answer every request that comes on a comm of ``COMM_TARGET``: the grader's line
-    (``minidist.course.channel``) opens one and sends each request as a message on it."""
-    from IPython import get_ipython
-
-    def opened(comm: Any, message: dict) -> None:
-        comm.on_msg(lambda msg: comm.send({"reply": answer(msg["content"]["data"]["request"])}))
-
-    get_ipython().kernel.comm_manager.register_target(COMM_TARGET, opened)
+def serve_line(path: str) -> None:
+    """Answer the grader's requests, one after another, on the unix socket it listens on at
+    ``path``, until it sends an empty one or closes the line: one check cell's requests
+    (``minidist.course.channel`` runs this as a cell of its own while the check runs)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as line:
+        line.connect(path)
+        while True:
+            text = wire.recv_text(line)
+            if not text:
+                return
+            reply = answer(text)
+            try:
+                wire.send_text(line, reply)
+            except OSError:  # the grader gave up on this request (its deadline passed)
+                return

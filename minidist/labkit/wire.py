@@ -38,6 +38,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +47,7 @@ import numpy as np
 
 MAX_MESSAGE_CHARS = 64 << 20  # a message larger than this is refused unread
 MAX_DEPTH = 64
+LENGTH = struct.Struct("<Q")  # before each message on a line: its length in bytes
 ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: nothing that holds objects
 
 
@@ -200,3 +203,34 @@ def rebuilt_view(payload: Any, arrays: list[np.ndarray]) -> np.ndarray:
                           strides=tuple(strides))
     except (TypeError, ValueError) as error:
         raise WireError(f"a $view outside its array was refused ({error})") from None
+
+
+# --- the line: one message after another on a stream socket --------------------------------
+def send_text(line: socket.socket, text: str) -> None:
+    """``text`` as one message on ``line``: its length in bytes, then its UTF-8 bytes."""
+    data = text.encode()
+    line.sendall(LENGTH.pack(len(data)) + data)
+
+
+def recv_text(line: socket.socket) -> str | None:
+    """The next message on ``line``; None once the other end has closed it."""
+    head = _recv_exactly(line, LENGTH.size)
+    if head is None:
+        return None
+    (size,) = LENGTH.unpack(head)
+    if size > MAX_MESSAGE_CHARS * 4:
+        raise WireError(f"a message of {size} bytes is too large")
+    data = _recv_exactly(line, size)
+    return None if data is None else data.decode()
+
+
+def _recv_exactly(line: socket.socket, size: int) -> bytes | None:
+    buffer, got = bytearray(size), 0
+    view = memoryview(buffer)
+    while got < size:
+        n = line.recv_into(view[got:])
+        if n == 0:
+            return None
+        got += n
+    return bytes(buffer)
+
