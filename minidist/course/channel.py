@@ -5,9 +5,10 @@ each check cell it opens a line to the kernel: a unix socket it listens on
 in the kernel's working directory, which the kernel joins from a cell of its
 own (``labkit.serve.serve_line``) and serves until the check ends. Each
 request is one message on the line, and so is its reply: JSON text, parsed
-by ``labkit.wire`` as data. A message on the line costs tens of
-microseconds where a Jupyter message costs the kernel milliseconds, and a
-multi-rank check sends hundreds. Whatever the kernel printed while it served
+by ``labkit.wire`` as data. A message on the line is one write and one
+read, where a Jupyter message passes through the kernel's shell and event
+loop, and a multi-rank check sends hundreds (grading/README.md has the
+figures). Whatever the kernel printed while it served
 the check is copied, as text, to the check's output once the check ends (so
 a student's ``print`` shows in the feedback; it cannot add an error or a
 score to the graded cell). Only the kernel's own process may join the line
