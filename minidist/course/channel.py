@@ -70,6 +70,12 @@ NO_REPLY = ("the notebook's kernel gave no answer to the check (did the notebook
             "minidist.labkit?)")
 
 
+def _is_idle(msg: dict, msg_id: str) -> bool:
+    """Whether ``msg`` says the kernel is idle again after the cell ``msg_id``."""
+    return (msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "status"
+            and msg["content"].get("execution_state") == "idle")
+
+
 class KernelChannel:
     """Requests to the kernel of ``executor`` (an nbclient ``NotebookClient``)."""
 
@@ -170,9 +176,7 @@ class KernelChannel:
         iopub = self.client.iopub_channel
         while iopub.msg_ready():
             msg = iopub.get_msg(timeout=0)
-            if (msg.get("parent_header", {}).get("msg_id") == msg_id
-                    and msg["msg_type"] == "status"
-                    and msg["content"].get("execution_state") == "idle"):
+            if _is_idle(msg, msg_id):
                 return True
         return False
 
@@ -183,9 +187,7 @@ class KernelChannel:
         try:
             while True:
                 msg = self.client.iopub_channel.get_msg(timeout=max(0.0, until - time.monotonic()))
-                if (msg.get("parent_header", {}).get("msg_id") == msg_id
-                        and msg["msg_type"] == "status"
-                        and msg["content"].get("execution_state") == "idle"):
+                if _is_idle(msg, msg_id):
                     return
         except queue.Empty:
             pass

@@ -196,7 +196,7 @@ def check_zero_memory(zero_class: type, world_size: int = 4, stage: int = 1,
     got = resident_after_a_step(zero_class, world_size, stage, optimizer, sizes, what, block)
     if got is None or library is None:
         return  # no /proc here: the claim rests on check_zero_step's bytes kept
-    n = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+    n = sum(p.size for p in MLP(sizes, dtype=np.float64, rng=0).parameters())
     whole = 8 * STATES[optimizer] * sum(n - (hi - lo) for lo, hi in chunk_bounds(n, world_size))
     mib = 2 ** 20
     expect(got <= library + whole / 2, f"{what}: after the step the process holding the "
