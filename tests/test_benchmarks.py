@@ -172,6 +172,7 @@ def test_simulator_benchmark_prints_wall_time_and_the_model_check_per_algorithm(
     for algorithm in ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling"):
         assert f"16 {algorithm:>18}" in out
     assert out.count("exact") == 12 and "DIFFERS" not in out
+    assert out.count("ring floor") == 2 and "x the floor" in out  # the ring's peer, per P
 
 
 @pytest.mark.timeout(250)

@@ -17,6 +17,11 @@ recursive doubling at P = 4096 within 30 s. Each target row says met or
 missed. The run is one process on one core: with other work on the machine
 the wall time grows, so the CPU time is printed beside it.
 
+Below the ring's row, its **floor**, timed in the same run
+(``simulator_floor.py``): the ring's numpy work on P greenlets with nothing of
+the transport (no clocks, counters, checks or matching rules). The ring's
+wall time is shown as a multiple of it; a target under the floor says so.
+
 The memory is real: every rank holds its vector, its result and its
 messages in flight (P = 4096 with 64 Ki values: about 6 GiB).
 """
@@ -29,6 +34,7 @@ import time
 
 import numpy as np
 
+from minidist.bench.simulator_floor import ring_floor
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
 
@@ -65,6 +71,15 @@ def verdict(algorithm: str, p: int, wall: float) -> str:
     return f"target <= {limit:g} s: {'met' if wall <= limit else 'missed'}"
 
 
+def floor_row(p: int, values: int, ring_wall: float) -> str:
+    """The ring's floor (``simulator_floor.py``), timed now, beside the ring's row."""
+    floor = ring_floor(p, values)
+    limit = TARGETS.get(p, ((), 0.0))[1]
+    below = f"; the target ({limit:g} s) is under it" if limit and floor > limit else ""
+    return (f"{p:>5} {'ring floor':>18} {floor:>8.2f} {'-':>8} {'-':>9} {'-':>8}  "
+            f"ring {ring_wall / floor:.2f}x the floor{below}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="256,1024,4096",
@@ -92,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{p:>5} {algorithm:>18} {row['wall']:>8.2f} {row['cpu']:>8.2f} "
                   f"{row['clock'] * 1e3:>9.3f} {'exact' if row['exact'] else 'DIFFERS':>8}  "
                   f"{verdict(algorithm, p, row['wall'])}", flush=True)
+            if algorithm == "ring":
+                print(floor_row(p, args.values, row["wall"]), flush=True)
 
 
 if __name__ == "__main__":
