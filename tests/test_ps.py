@@ -169,24 +169,26 @@ def test_asp_lets_the_fast_worker_run_ahead_and_reports_staleness():
     assert "staleness  reads  gradients" in logs.table()
 
 
-@pytest.mark.parametrize("inline_bytes", [messages.INLINE_BYTES, 0])
-def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, inline_bytes):
-    # 0: every payload after its header, in a message of its own (the long-payload path)
+@pytest.mark.parametrize("riding", ["all", "keys", "none"])
+def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, riding):
+    # what of a payload rides in its header's message; the rest follows in one message
+    k = [LAYOUT.split(2)[s][1] - LAYOUT.split(2)[s][0] for s in range(2)]
+    v = [int(LAYOUT.offsets[e] - LAYOUT.offsets[f]) for f, e in LAYOUT.split(2)]
+    inline_bytes = {"all": messages.INLINE_BYTES, "keys": 8 * max(k), "none": 0}[riding]
     monkeypatch.setattr(messages, "INLINE_BYTES", inline_bytes)
     keys = LAYOUT.num_keys
     values = LAYOUT.num_values
     cluster = LocalCluster(3)
     cluster.run(lambda c: train(c, 2))
     worker = cluster.stats[2]
-    k = [LAYOUT.split(2)[s][1] - LAYOUT.split(2)[s][0] for s in range(2)]
-    v = [int(LAYOUT.offsets[e] - LAYOUT.offsets[f]) for f, e in LAYOUT.split(2)]
-    assert 0 < 8 * k[0] + 8 * v[0] <= messages.INLINE_BYTES or not inline_bytes
-    apart = inline_bytes == 0  # a request with a payload is then two messages
+    assert 0 < 8 * k[0] + 8 * v[0] <= messages.INLINE_BYTES or riding != "all"
+    apart = riding != "all"  # a push is then two messages; a pull too if its keys follow
+    pull_apart = riding == "none"
     per_step_sent = sum(2 * 48 + 8 * k[s] + (8 * k[s] + 8 * v[s]) + 48 for s in range(2))
     per_step_recv = sum((8 + 8 * v[s]) + 8 for s in range(2))
     assert sum(k) == keys and sum(v) == values
     # pull 1 (2), push 1 (2), tick 1, per server; stop
-    assert worker.messages_sent == STEPS * 2 * (3 + 2 * apart) + 2
+    assert worker.messages_sent == STEPS * 2 * (3 + apart + pull_apart) + 2
     assert worker.bytes_sent == STEPS * per_step_sent + 2 * 48
     assert worker.messages_recv == STEPS * 2 * 2
     assert worker.bytes_recv == STEPS * per_step_recv
@@ -199,7 +201,7 @@ def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, inline_bytes):
     push_sent = sum(48 + 8 * k[s] + 8 * v[s] for s in range(2))
     pull_recv = sum(8 + 8 * v[s] for s in range(2))
     # with a payload: the first pull, the push_pulls, the last push; then tick and stop
-    assert fused.messages_sent == (2 + (STEPS - 1) * 2 + 2) * (1 + apart) + 2 + 2
+    assert fused.messages_sent == 2 * (1 + pull_apart) + ((STEPS - 1) * 2 + 2) * (1 + apart) + 4
     assert fused.bytes_sent == pull_sent + STEPS * push_sent + 2 * 48 + 2 * 48
     assert fused.messages_recv == 2 + (STEPS - 1) * 2 + 2
     assert fused.bytes_recv == STEPS * pull_recv + 2 * 8
@@ -302,3 +304,37 @@ def test_the_mlp_run_gathers_every_servers_shard_and_logs_on_rank_0():
     assert max(run.staleness.reads) <= 1 and run.accuracy > 0.2
     assert results[1].requests["PUSH"] + results[1].requests["PUSH_PULL"] == 3 * 6  # its own
     assert len(results[2].curve) == 3  # worker 0 scores at clocks 0, 3 and 6
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+@pytest.mark.parametrize(("table", "keys"), [
+    ((64, 64), np.arange(64)),  # 32 KiB of rows in key order: sent as they lie
+    ((64, 64), np.random.default_rng(1).permutation(64)[:40]),  # out of order: packed
+    ((3000, 1), np.random.default_rng(2).permutation(3000)),  # keys too many to ride along
+])
+def test_long_pushes_apply_every_row_however_their_payload_travels(servers, table, keys):
+    layout = KeyLayout({"E": table})
+    initial = np.random.default_rng(0).normal(size=layout.num_values)
+    grads = [np.random.default_rng(10 + step).normal(size=layout.value_count(keys))
+             for step in range(3)]
+
+    def run(c):
+        ps = ParameterServer(c, layout, servers=servers)
+        if ps.is_server:
+            return ps.serve(initial)
+        worker = ps.worker()
+        pulled = [worker.pull(keys)]
+        for grad in grads:
+            worker.push(keys, grad)
+            pulled.append(worker.pull(keys))
+        worker.stop()
+        return pulled
+
+    results = LocalCluster(servers + 1).run(run)
+    expected = initial.reshape(table).copy()
+    np.testing.assert_array_equal(results[-1][0], expected[keys].ravel())
+    for step, grad in enumerate(grads):
+        expected[keys] -= 0.1 * grad.reshape(-1, table[1])  # SGD, lr 0.1
+        np.testing.assert_allclose(results[-1][step + 1], expected[keys].ravel(), rtol=1e-14)
+    np.testing.assert_allclose(gather_reports(results[:servers], layout), expected.ravel(),
+                               rtol=1e-14)

@@ -21,11 +21,14 @@ once, posts one receive per worker before it knows what comes, of
 ``HEADER_BYTES + INLINE_BYTES`` bytes (``Communicator.irecv_upto``: a
 shorter message fills its first bytes). A payload of up to ``INLINE_BYTES``
 rides in the same message, right behind the header: the request is then one
-message, already in the server's buffer when it wakes. A longer payload
-follows its header as a second message (tag ``Tag.PS_PAYLOAD``), received
-once the header has said how long it is; an extra wake-up and a receive
-matter little beside moving that many bytes. The bytes sent are the same
-either way.
+message, already in the server's buffer when it wakes. Of a longer payload
+the keys still ride with the header if they fit, and the rows follow as a
+second message (tag ``Tag.PS_PAYLOAD``), received once the header has said
+how long they are: sent straight from the worker's gradient where its rows
+lie in key order, without packing them (``Header.inline_bytes``). With more
+keys than fit, the whole payload follows. An extra wake-up and a receive
+matter little beside moving that many bytes; the bytes sent are the same
+every way.
 
 Every payload and answer is a byte buffer: int64 keys and the values'
 dtype side by side without conversion. A server answers one worker's
@@ -49,7 +52,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minidist.comm.transport.communicator import Request
+from minidist.comm.tags import Tag
+from minidist.comm.transport.communicator import Communicator, Request
 
 WIRE = struct.Struct("<5qd")  # a header's six fields in order, little-endian
 HEADER_BYTES = WIRE.size  # 48
@@ -91,9 +95,14 @@ class Header(NamedTuple):
     def payload_bytes(self, itemsize: int) -> int:
         return 8 * self.keys + itemsize * self.values
 
-    def inline(self, itemsize: int) -> bool:
-        """Whether the payload rides in the header's message (the small-message path)."""
-        return self.payload_bytes(itemsize) <= INLINE_BYTES
+    def inline_bytes(self, itemsize: int) -> int:
+        """How many of the payload's first bytes ride in the header's message (the rest
+        follows as one message): all, up to ``INLINE_BYTES``; else the keys, if they fit;
+        else none."""
+        size, keys = self.payload_bytes(itemsize), 8 * self.keys
+        if size <= INLINE_BYTES:
+            return size
+        return keys if keys <= INLINE_BYTES else 0
 
 
 def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +110,23 @@ def unpack(payload: np.ndarray, nkeys: int, dtype: np.dtype) -> tuple[np.ndarray
     are the keys (int64), the rest the values (a push's rows; a worker packs them with
     ``plans.Route.pack_push``)."""
     return payload[:8 * nkeys].view(np.int64), payload[8 * nkeys:].view(dtype)
+
+
+def receive_payload(c: Communicator, riding: np.ndarray, header: Header, source: int,
+                    dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A request's (keys, rows), as views of the buffers they land in: ``riding`` (what
+    came behind the header in its message), and for a long payload the communicator's
+    kept buffer, into which the rest is received now from ``source``."""
+    size, inline = header.payload_bytes(dtype.itemsize), header.inline_bytes(dtype.itemsize)
+    riding = riding[:inline]
+    if size == inline:  # the small-message path: all of it is here
+        return unpack(riding, header.keys, dtype)
+    follows = c.scratch(size - inline, np.uint8, "ps payload")  # no page faults per request
+    # communication: the rest of a long payload, after its header
+    c.recv(follows, source, Tag.PS_PAYLOAD)
+    if inline:  # the keys came with the header, the rows after it
+        return riding.view(np.int64), follows.view(dtype)
+    return unpack(follows, header.keys, dtype)
 
 
 def version_and_rows(reply: np.ndarray, dtype: np.dtype) -> tuple[int, np.ndarray]:

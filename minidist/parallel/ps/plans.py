@@ -10,7 +10,8 @@ things here keep it to once per key set:
 - ``Route``: a worker's request worked out: the keys checked and sorted,
   and per server its keys, their packed bytes, its values' count, and where
   its rows lie in the caller's order (``Part.at``), so that a push's rows
-  go straight into the payload (one copy, no reordered temporary) and a
+  go straight into the payload (one copy, no reordered temporary), or onto
+  the wire as they lie when they follow their header on their own, and a
   pull's answers straight into the result.
 - ``LastKeys``: a memo of one entry keyed on a key array: the last key set
   and what was built from it (a worker's ``Route``; a server's index of the
@@ -92,23 +93,30 @@ class Route:
                                    slice(start, end) if order is None else order[start:end]))
             start = end
 
-    def pack_pull(self, part: Part, payload: np.ndarray) -> np.ndarray:
-        """``payload`` (bytes) filled with ``part``'s keys: a pull's payload."""
-        payload[...] = part.key_bytes
-        return payload
-
     def pack_push(self, part: Part, gradient: np.ndarray, payload: np.ndarray) -> np.ndarray:
         """``payload`` (bytes) filled with ``part``'s keys, then its rows of ``gradient``
-        (the caller's order), rows in key order: ``messages.pack``'s layout."""
+        (the caller's order), rows in key order: ``messages.unpack``'s layout."""
         head = part.key_bytes.size
         payload[:head] = part.key_bytes
-        rows = payload[head:].view(gradient.dtype).reshape(-1, self.width)
+        self.take_rows(part, gradient, payload[head:])
+        return payload
+
+    def take_rows(self, part: Part, gradient: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out`` (bytes) filled with ``part``'s rows of ``gradient``, in key order."""
+        rows = out.view(gradient.dtype).reshape(-1, self.width)
         mine = gradient.reshape(-1, self.width)
         if isinstance(part.at, slice):
             rows[...] = mine[part.at]
         else:
             np.take(mine, part.at, axis=0, out=rows)
-        return payload
+        return out
+
+    def rows_as_they_lie(self, part: Part, gradient: np.ndarray) -> np.ndarray | None:
+        """``part``'s rows of ``gradient`` as bytes, a view, if they lie in key order in
+        one run (one server, keys ascending); else None (``take_rows`` copies them)."""
+        if not isinstance(part.at, slice):
+            return None
+        return gradient.reshape(-1, self.width)[part.at].reshape(-1).view(np.uint8)
 
     def assemble(self, rows: list[np.ndarray]) -> np.ndarray:
         """The servers' rows (one array per part, key order) in the caller's order."""

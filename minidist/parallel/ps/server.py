@@ -72,7 +72,7 @@ from minidist.parallel.ps.messages import (
     Header,
     Kind,
     Listening,
-    unpack,
+    receive_payload,
 )
 from minidist.parallel.ps.plans import FramedShard, LastKeys
 from minidist.parallel.ps.reports import ServerReport
@@ -190,7 +190,8 @@ class Server:
     def _handle(self, worker: int, header: Header) -> None:
         kind = header.kind
         if kind in (Kind.PUSH, Kind.PULL, Kind.PUSH_PULL):
-            keys, rows = unpack(self._payload(worker, header), header.keys, self.dtype)
+            riding = self.inbox[worker][HEADER_BYTES:]
+            keys, rows = receive_payload(self.c, riding, header, self.workers[worker], self.dtype)
             if kind is not Kind.PULL:
                 self._take_push(worker, header, keys, rows, acknowledge=kind is Kind.PUSH)
             clock = header.clock
@@ -204,17 +205,6 @@ class Server:
             self.at_checkpoint[worker] = header
         else:
             del self.clocks[worker]
-
-    def _payload(self, worker: int, header: Header) -> np.ndarray:
-        """A request's keys (and, for a push, their gradient rows), as bytes; what must
-        outlive the request is copied by the caller."""
-        size = header.payload_bytes(self.dtype.itemsize)
-        if header.inline(self.dtype.itemsize):  # the small-message path: already here
-            return self.inbox[worker][HEADER_BYTES:HEADER_BYTES + size]
-        # kept by the communicator between requests (no page faults per request)
-        payload = self.c.scratch(size, np.uint8, "ps payload")
-        # communication: a long payload, after its header
-        return self.c.recv(payload, self.workers[worker], Tag.PS_PAYLOAD)
 
     def _take_push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
                    acknowledge: bool) -> None:

@@ -33,8 +33,6 @@ an answer is one message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from minidist.comm.tags import Tag
@@ -85,8 +83,7 @@ class Worker:
         for part in route.parts:
             answer = np.empty(8 + part.count * self.dtype.itemsize, np.uint8)
             answers.append((part.server, self._ask(part.server, answer), answer))
-            self._request(part.server, Kind.PULL, part.keys.size,
-                          pack=lambda payload, part=part: route.pack_pull(part, payload))
+            self._request(part.server, Kind.PULL, part)
         handle = Handle(answers, lambda done: self._assemble(route, done))
         self.outstanding_pull = handle
         return handle
@@ -183,27 +180,46 @@ class Worker:
 
     def _push_request(self, kind: Kind, route: Route, part: Part, gradient: np.ndarray) -> None:
         # its keys, then their rows in key order, as servers store them
-        self._request(part.server, kind, part.keys.size, part.count, self.versions[part.server],
-                      lambda payload: route.pack_push(part, gradient, payload))
+        self._request(part.server, kind, part, self.versions[part.server], (route, gradient))
 
-    def _request(self, server: int, kind: Kind, keys: int = 0, values: int = 0,
-                 version: int = -1, pack: Callable[[np.ndarray], object] | None = None) -> None:
-        """Send a request: its header, and its payload (``keys`` keys and ``values``
-        values), which ``pack`` writes into the buffer it is given."""
+    def _request(self, server: int, kind: Kind, part: Part | None = None, version: int = -1,
+                 push: tuple[Route, np.ndarray] | None = None) -> None:
+        """Send a request: its header, then its payload: ``part``'s keys and, for a push,
+        their rows of the gradient (``push``: its route and the gradient) in key order."""
+        keys = 0 if part is None else part.keys.size
+        values = 0 if push is None else part.count
         header = Header(kind, self.clock, keys, values, version, self.begun)
         size = header.payload_bytes(self.dtype.itemsize)
-        inline = header.inline(self.dtype.itemsize)  # the small-message path (messages.py)
-        message = np.empty(HEADER_BYTES + size if inline else HEADER_BYTES, np.uint8)
+        inline = header.inline_bytes(self.dtype.itemsize)  # the small-message path
+        message = np.empty(HEADER_BYTES + inline, np.uint8)
         header.write(message)
-        payload = message[HEADER_BYTES:] if inline else self.c.scratch(size, np.uint8,
-                                                                       "ps payload")
-        if size:
-            pack(payload)
-        # communication: the header, with the payload behind it if short
+        follows = None
+        if inline == size:  # 1. all of it rides in the header's message
+            if size:
+                self._pack(part, push, message[HEADER_BYTES:])
+        elif inline:  # 2. the keys ride along; a push's rows follow, as they lie if they can
+            route, gradient = push
+            message[HEADER_BYTES:] = part.key_bytes
+            follows = route.rows_as_they_lie(part, gradient)
+            if follows is None:
+                follows = route.take_rows(part, gradient, self.c.scratch(
+                    size - inline, np.uint8, "ps payload"))  # kept: no page faults per request
+        else:  # 3. too many keys to ride along: the whole payload follows
+            follows = self._pack(part, push, self.c.scratch(size, np.uint8, "ps payload"))
+        # communication: the header, with the payload (or its keys) behind it if short
         self.c.send(message, self.servers[server], Tag.PS_REQUEST)
-        if not inline:
-            # communication: a long payload, after its header
-            self.c.send(payload, self.servers[server], Tag.PS_PAYLOAD)
+        if follows is not None:
+            # communication: the rest of a long payload, after its header
+            self.c.send(follows, self.servers[server], Tag.PS_PAYLOAD)
+
+    @staticmethod
+    def _pack(part: Part, push: tuple[Route, np.ndarray] | None,
+              payload: np.ndarray) -> np.ndarray:
+        if push is None:
+            payload[...] = part.key_bytes  # a pull's payload: its keys
+            return payload
+        route, gradient = push
+        return route.pack_push(part, gradient, payload)
 
     def _assemble(self, route: Route, answers: list) -> np.ndarray:
         rows = []
