@@ -17,7 +17,6 @@ number for the whole check cell, ``relay.Lending``).
 
 from __future__ import annotations
 
-import builtins
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -26,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import Communicator, LocalStats, Request, errors
+from minidist.comm import Communicator, LocalStats, Request
 from minidist.comm.ops import reduce_into
 from minidist.labkit import wire
 from minidist.labkit.relay import COUNTERS
+from minidist.labkit.relayed_values import fill, rebuilt_error, sent, space
 
 RUNNING: list[Link] = []  # the link of the call running now (serve.py pushes and pops it)
 
@@ -136,46 +136,6 @@ class Link:
 
 def _marker_of_relayed(value: Any) -> dict | None:
     return {"$request": value.number} if isinstance(value, RelayedRequest) else None
-
-
-def rebuilt_error(name: Any, message: Any) -> Exception:
-    """The grader's error, raised in the student's code: a builtin or a ``minidist.comm``
-    error of that name, or an exception class of that name."""
-    name = name if isinstance(name, str) and name.isidentifier() else "Exception"
-    known = getattr(builtins, name, None) or getattr(errors, name, None)
-    if isinstance(known, type) and issubclass(known, Exception):
-        try:
-            return known(str(message))
-        except TypeError:  # a class that wants more than a message
-            pass
-    return type(name, (Exception,), {"__module__": "grader"})(str(message))
-
-
-def sent(buf: Any) -> dict:
-    """What the grader needs of a buffer the student sends: its values and layout."""
-    if not isinstance(buf, np.ndarray):
-        return {"type": type(buf).__name__}
-    return {"data": buf, "contiguous": bool(buf.flags.c_contiguous),
-            "writeable": bool(buf.flags.writeable)}
-
-
-def space(buf: Any) -> dict:
-    """What the grader needs of a buffer the student receives into: shape, dtype, layout."""
-    if not isinstance(buf, np.ndarray):
-        return {"type": type(buf).__name__}
-    return {"shape": list(buf.shape), "dtype": buf.dtype.str,
-            "contiguous": bool(buf.flags.c_contiguous), "writeable": bool(buf.flags.writeable)}
-
-
-def fill(buf: np.ndarray, data: Any, upto: bool = False) -> None:
-    """Copy what the grader received into the student's buffer (``upto``: into its first
-    items, for an ``irecv_upto``)."""
-    if upto and isinstance(data, np.ndarray) and data.ndim == 1 and data.size <= buf.size:
-        buf.reshape(-1)[:data.size] = data
-    elif isinstance(data, np.ndarray) and data.shape == buf.shape:
-        buf[...] = data
-    else:
-        raise wire.WireError("the grader's answer does not fit the receive buffer")
 
 
 class RelayedRequest(Lent, Request):
