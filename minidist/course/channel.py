@@ -70,7 +70,7 @@ NO_REPLY = ("the notebook's kernel gave no answer to the check (did the notebook
             "minidist.labkit?)")
 
 
-def _is_idle(msg: dict, msg_id: str) -> bool:
+def is_idle(msg: dict, msg_id: str) -> bool:
     """Whether ``msg`` says the kernel is idle again after the cell ``msg_id``."""
     return (msg.get("parent_header", {}).get("msg_id") == msg_id and msg["msg_type"] == "status"
             and msg["content"].get("execution_state") == "idle")
@@ -85,7 +85,7 @@ class KernelChannel:
         self.deadline = float("inf")
         self._lock = threading.Lock()
         self._line: socket.socket | None = None  # this check cell's line, once opened
-        self._serving = ""  # the id of the kernel's cell that serves it
+        self.serving = ""  # the id of the kernel's cell that serves it ("" before one)
 
     def connect(self) -> None:
         if self.client is not None:
@@ -103,7 +103,7 @@ class KernelChannel:
         return getattr(process, "pid", None)
 
     def start_cell(self, deadline: float) -> None:
-        self.deadline = deadline
+        self.deadline, self.serving = deadline, ""
 
     def _manage(self, method: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         """Run one of the kernel manager's coroutine methods from this thread."""
@@ -176,7 +176,7 @@ class KernelChannel:
         iopub = self.client.iopub_channel
         while iopub.msg_ready():
             msg = iopub.get_msg(timeout=0)
-            if _is_idle(msg, msg_id):
+            if is_idle(msg, msg_id):
                 return True
         return False
 
@@ -187,7 +187,7 @@ class KernelChannel:
         try:
             while True:
                 msg = self.client.iopub_channel.get_msg(timeout=max(0.0, until - time.monotonic()))
-                if _is_idle(msg, msg_id):
+                if is_idle(msg, msg_id):
                     return
         except queue.Empty:
             pass
@@ -203,7 +203,7 @@ class KernelChannel:
                 reply = wire.recv_text(self._line)
             except TimeoutError:
                 self._drop_line()  # the kernel's loop ends once its request does
-                self._interrupt(self._serving)
+                self._interrupt(self.serving)
                 raise CellTimeout from None
             except OSError:
                 reply = None
@@ -225,7 +225,7 @@ class KernelChannel:
             listener.bind(path)
             os.chmod(path, 0o666)  # the kernel's user joins; the folder is the kernel's own
             listener.listen(4)
-            self._serving = self._start(SERVE.format(path=path))
+            self.serving = self._start(SERVE.format(path=path))
             self._line = self._accept_the_kernel(listener)
         finally:
             listener.close()
@@ -237,13 +237,13 @@ class KernelChannel:
         while True:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                self._interrupt(self._serving)
+                self._interrupt(self.serving)
                 raise CellTimeout
             listener.settimeout(min(ACCEPT_SLICE_S, left))
             try:
                 line, _ = listener.accept()
             except TimeoutError:
-                if self._ended(self._serving):  # the cell ended without joining
+                if self._ended(self.serving):  # the cell ended without joining
                     raise NoReply(NO_REPLY) from None
                 if time.monotonic() - checked > 1.0:
                     checked = time.monotonic()
@@ -272,7 +272,7 @@ class KernelChannel:
             with suppress(OSError):
                 wire.send_text(self._line, "")
             self._drop_line()
-            self._until_idle(self._serving, printed=True)
+            self._until_idle(self.serving, printed=True)
 
     def reset(self) -> None:
         """Start a check cell: the kernel forgets the last cell's tensors and results."""

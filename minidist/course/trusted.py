@@ -42,7 +42,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Unicode
 
-from minidist.course.channel import CellTimeout, KernelChannel, KernelDied
+from minidist.course.channel import CellTimeout, KernelChannel, KernelDied, is_idle
 from minidist.labkit.remote import Remote, Session
 
 QUIET_S, DRAIN_S = 0.05, 10.0  # what the kernel published for a check: dropped (see below)
@@ -142,14 +142,18 @@ class TrustedExecute(Execute):
         return outputs
 
     def _drop_what_the_check_published(self) -> None:
-        """Drop, unread, what the kernel published to nbclient's client while it served the
-        check (its serving cell's status, input and printed text), until none has come for
-        ``QUIET_S`` (some are still on their way); nbclient would otherwise read them while
-        it waits for the next cell's output."""
+        """Drop what the kernel published to nbclient's client while it served the check
+        (its serving cell's status, input and printed text), up to that cell's idle
+        status, or, where no cell served it or that status never comes, until none has
+        come for ``QUIET_S``; nbclient would otherwise read them while it waits for the
+        next cell's output."""
         socket = zmq.Socket.shadow(self.kc.iopub_channel.socket.underlying)
+        session, serving = self.kc.session, self._channel.serving
         until = time.monotonic() + DRAIN_S
         while time.monotonic() < until and socket.poll(QUIET_S * 1000):
-            socket.recv_multipart(copy=False)
+            _, frames = session.feed_identities(socket.recv_multipart())
+            if serving and is_idle(session.deserialize(frames), serving):
+                return
 
     def restart(self) -> None:
         """A fresh kernel, which runs again every cell that had run without failing."""
