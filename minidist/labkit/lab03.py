@@ -37,27 +37,23 @@ order of calls are the grader's. The MPI run of Task 6 starts in the kernel
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from minidist.comm import CommStats, NetworkModel, cost
-from minidist.comm.errors import RankError
 from minidist.comm.ops import UFUNCS
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close
+from minidist.labkit.lab03_mpi import ring_on_mpi
 from minidist.labkit.ranks import (
     LIBRARY_COLLECTIVES,
     MessageLog,
-    as_one_sentence,
     expect_counts,
     rank_inputs,
     run_ranks,
 )
-from minidist.labkit.remote import on_student
 from minidist.util import chunk_bounds
 
 ALGORITHMS = ("naive", "ps", "ring", "tree")
@@ -221,10 +217,10 @@ def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
                       block: tuple[str, ...] = LIBRARY_COLLECTIVES) -> None:
     """Run ``ring`` on ``world_size`` MPI processes: in place, the values, 2(P-1)N bytes.
 
-    The MPI job starts where ``ring`` lives (a probe, ``remote.on_student``): when the
-    lab is graded, in the student's kernel, so its counters are the student's processes'
-    (``grading/README.md``). So the bytes are judged first on a dry run on in-process
-    ranks, whose traffic is counted where the check runs (the grader's ranks)."""
+    A dry run on in-process ranks comes first, so that a ring that fails says why in
+    one sentence before MPI starts. When the lab is graded the MPI processes are the
+    grader's, driven by the student's ring in the kernel, and their counters are read
+    there (``lab03_mpi.py``)."""
     __tracebackhide__ = True
     what = f"ring allreduce on MPI, P = {world_size}, {n} x {dtype}"
     data = rank_inputs(world_size, n, dtype, seed)
@@ -237,7 +233,7 @@ def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
     total = sum(s.bytes_sent for s in stats)
     expect(total == expected, f"{what}: on in-process ranks first, {total} bytes were sent in "
            f"all; a ring sends 2(P-1)N = {expected}, so it was not started on MPI")
-    runs = on_student(ring_on_mpi, ring, data, block, what)
+    runs = ring_on_mpi(ring, data, block, what)
     for rank, (in_place, _, _) in enumerate(runs):
         expect(in_place, f"{what}: rank {rank} returned a new array; reduce in place, into x "
                "itself, and return x")
@@ -245,30 +241,6 @@ def check_ring_on_mpi(ring: Callable[..., np.ndarray], world_size: int, n: int,
     total = sum(sent for _, _, sent in runs)
     expect(total == expected, f"{what}: {total} bytes sent through the communicator in all, "
            f"a ring sends 2(P-1)N = {expected}")
-
-
-def ring_on_mpi(ring: Callable[..., np.ndarray], data: np.ndarray, block: tuple[str, ...],
-                what: str) -> list[tuple[bool, np.ndarray, int]]:
-    """Probe: ``ring`` on one MPI process per row of ``data``; per rank, whether it
-    returned its own x, x afterwards, and the bytes it sent."""
-    import minidist as md
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # mpiexec's abort messages, if any
-            runs = md.launch(allreduce_on_rank, world_size=len(data), args=(ring, data, block),
-                             backend="mpi", timeout=60)
-    except RankError as error:
-        raise as_one_sentence(error, what) from None
-    return [(in_place, x, stats.bytes_sent) for in_place, x, stats in runs]
-
-
-def allreduce_on_rank(c: Any, fn: Callable[..., np.ndarray], data: np.ndarray,
-                      block: tuple[str, ...]) -> tuple[bool, np.ndarray, CommStats]:
-    """On each MPI rank: ``fn`` on this rank's row, with ``block`` blocked."""
-    x = data[c.rank].copy()
-    with blocked(*block):
-        result = fn(x, c)
-    return result is x, x, c.stats.copy()
 
 
 def check_cost_model(bytes_sent_per_rank: Callable[[str, int, int], float],

@@ -270,23 +270,42 @@ def lab02_forges_the_counters(nb: Notebook, course: dict) -> None:
 
 # ---- Lab 3 -------------------------------------------------------------------------------
 
+# the body of a "ring" that passes whole vectors round (the right values, P-1 times the
+# bytes), then writes the ring's bytes into its counters
+WHOLE_VECTORS_ROUND = (
+    "    p, passing = c.size, x.copy()\n    incoming = np.empty_like(x)\n"
+    "    for _ in range(p - 1):\n"
+    "        c.sendrecv(passing, (c.rank + 1) % p, incoming, (c.rank - 1) % p)\n"
+    "        c.combine(op, x, incoming)\n        passing[...] = incoming\n"
+    "    total = 2 * (p - 1) * x.nbytes\n"
+    "    c.stats.bytes_sent = total // p + (total % p if c.rank == 0 else 0)\n")
+
+
 @attack("solution", ["lab03_ring", "lab03_ring_mpi"], lab="lab03_allreduce")
 def lab03_forges_the_counters(nb: Notebook, course: dict) -> None:
     """A "ring" that passes whole vectors round (the right values, P-1 times the bytes),
     then writes the ring's bytes and messages into its counters and the text's calls
     into the check's log. The MPI run of Task 6 counts in the student's own processes,
     which it forges; but Task 3 and Task 6's dry run count on the grader's fabric."""
-    nb.set("answer_ring", "def ring_allreduce(x, c, op='sum'):\n"
-           "    p, passing = c.size, x.copy()\n    incoming = np.empty_like(x)\n"
-           "    for _ in range(p - 1):\n"
-           "        c.sendrecv(passing, (c.rank + 1) % p, incoming, (c.rank - 1) % p)\n"
-           "        c.combine(op, x, incoming)\n        passing[...] = incoming\n"
-           "    total = 2 * (p - 1) * x.nbytes\n"
-           "    c.stats.bytes_sent = total // p + (total % p if c.rank == 0 else 0)\n"
-           "    c.stats.messages_sent = 2 * (p - 1)\n"
+    nb.set("answer_ring", "def ring_allreduce(x, c, op='sum'):\n" + WHOLE_VECTORS_ROUND
+           + "    c.stats.messages_sent = 2 * (p - 1)\n"
            "    if hasattr(c, 'calls'):\n"
            "        c.calls[:] = [('send', (c.rank + 1) % p), ('recv', (c.rank - 1) % p)] "
            "* 2 * (p - 1)\n    return x\n")
+
+
+@attack("solution", ["lab03_ring_mpi"], lab="lab03_allreduce")
+def lab03_cheats_on_mpi_only(nb: Notebook, course: dict) -> None:
+    """A true ring on every input it has not seen; given one again (Task 6's MPI run
+    after its dry run), whole vectors go round and the counters say a ring's. On MPI
+    processes of its own the forged counters kept Task 6; the grader's MPI processes
+    count what went between them."""
+    nb.set("answer_ring", nb.source("answer_ring")
+           + "\n\n_true_ring, _seen = ring_allreduce, set()\n\n\n"
+           "def ring_allreduce(x, c, op='sum'):\n"
+           "    key = (c.size, c.rank, x.dtype.str, x.tobytes())\n"
+           "    if key not in _seen:\n        _seen.add(key)\n        return _true_ring(x, c, op)\n"
+           + WHOLE_VECTORS_ROUND + "    return x\n")
 
 
 # ---- Lab 4 -------------------------------------------------------------------------------
