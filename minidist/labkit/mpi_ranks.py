@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -35,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 
 from minidist.comm import CommStats, Communicator, Request
 from minidist.comm.errors import CommError
@@ -92,9 +94,20 @@ class MPIRanks:
                 line, _ = listener.accept()
             except TimeoutError:
                 continue
+            if not self._started_by_the_job(line):
+                line.close()  # only the job's processes may join
+                continue
             line.settimeout(None)
             lines[int(self._read(line)["rank"])] = line
         return [lines[rank] for rank in range(self.world_size)]
+
+    def _started_by_the_job(self, line: socket.socket) -> bool:
+        pid, _, _ = struct.unpack("3i", line.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        try:
+            return any(parent.pid == self.job.pid for parent in psutil.Process(pid).parents())
+        except psutil.Error:
+            return False
 
     def call(self, rank: int, **request: Any) -> dict:
         """One request to rank ``rank``'s process, and its answer; its error raised."""
@@ -122,9 +135,10 @@ class MPIRanks:
     def __exit__(self, *exc: object) -> None:
         for line in self.lines:
             try:
+                line.settimeout(5.0)
                 wire.send_text(line, json.dumps(wire.encode({"op": "end"}, _nothing)))
                 wire.recv_text(line)
-            except OSError:
+            except OSError:  # gone, or not answering: stopped below
                 pass
             line.close()
         if self.job is not None:
