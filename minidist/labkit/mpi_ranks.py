@@ -66,9 +66,10 @@ class MPIRanks:
             listener.listen(self.world_size)
             command = mpiexec_command(self.world_size,
                                       ["-m", "minidist.labkit.mpi_rank_server", path])
+            self.said = tempfile.TemporaryFile()  # what mpiexec says, read if it fails
             self.job = subprocess.Popen(command, env=rank_environment(self.world_size),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, start_new_session=True)
+                                        stderr=self.said, start_new_session=True)
             self.lines = self._joined(listener, time.monotonic() + START_S)
         except BaseException:
             self.__exit__()
@@ -85,8 +86,9 @@ class MPIRanks:
         lines: dict[int, socket.socket] = {}
         while len(lines) < self.world_size:
             if self.job.poll() is not None:
+                self.said.seek(0)
                 raise RuntimeError(f"the grader's MPI ranks ended at start: "
-                                   f"{self.job.stderr.read().decode()[-2000:]}")
+                                   f"{self.said.read().decode(errors='replace')[-2000:]}")
             listener.settimeout(max(0.01, min(0.5, deadline - time.monotonic())))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the grader's MPI ranks did not start within {START_S:g} s")
@@ -147,7 +149,7 @@ class MPIRanks:
             except subprocess.TimeoutExpired:
                 pass
             stop_process_tree(self.job)
-            self.job.stderr.close()
+            self.said.close()
 
 
 def run_on_mpi_ranks(ranks: MPIRanks, body: Callable[[Communicator], Any], what: str,
