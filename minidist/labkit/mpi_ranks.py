@@ -40,6 +40,7 @@ import psutil
 
 from minidist.comm import CommStats, Communicator, Request
 from minidist.comm.errors import CommError
+from minidist.comm.transport.communicator import check_point_to_point
 from minidist.labkit import wire
 from minidist.labkit.ranks import run_ranks
 from minidist.labkit.relay import COUNTERS
@@ -177,7 +178,7 @@ class MPIRankCommunicator(Communicator):
         self.stats = CommStats()  # what this rank asked for; MPIRanks.stats() is the verdict
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
-        self._check(buf, "send", dest, tag)
+        check_point_to_point(self.rank, self.size, "send", dest, tag, buf)
         self.stats.messages_sent += 1
         self.stats.bytes_sent += buf.nbytes
         # communication: posted on this rank's MPI process
@@ -185,7 +186,7 @@ class MPIRankCommunicator(Communicator):
         return MPIRankRequest(self, number, None)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
-        self._check(buf, "recv", source, tag)
+        check_point_to_point(self.rank, self.size, "recv", source, tag, buf)
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
         self.stats.messages_recv += 1
@@ -229,17 +230,6 @@ class MPIRankCommunicator(Communicator):
         if fabric.aborted:
             raise CommError(f"rank {self.rank}: abandoned: {fabric.aborted}")
         fabric.pass_turn(self.turns.state.world_rank)
-
-    def _check(self, buf: Any, kind: str, peer: int, tag: int) -> None:
-        if not 0 <= peer < self.size:
-            raise ValueError(f"rank {self.rank}: {kind} with rank {peer}, "
-                             f"but the communicator has ranks 0..{self.size - 1}")
-        if tag < 0:
-            raise ValueError(f"rank {self.rank}: {kind} tag must be >= 0, got {tag}")
-        if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
-            raise ValueError(f"rank {self.rank}: {kind} needs a C-contiguous numpy array "
-                             f"(use np.ascontiguousarray), got {type(buf).__name__}")
-
 
 class MPIRankRequest(Request):
     """An operation posted on a grader's MPI process: polled until it completes; a

@@ -71,7 +71,11 @@ import numpy as np
 from minidist.comm.errors import CommError, RankFailure
 from minidist.comm.ops import reduce_into
 from minidist.comm.transport import device
-from minidist.comm.transport.communicator import Communicator, Request
+from minidist.comm.transport.communicator import (
+    Communicator,
+    Request,
+    check_point_to_point,
+)
 from minidist.comm.transport.fabric import Fabric, Message, PostedRecv, Wait
 from minidist.comm.transport.local_requests import (
     RecvRequest,
@@ -267,14 +271,8 @@ class LocalCommunicator(Communicator):
         if state.fail_after is not None and state.calls > state.fail_after:
             raise RankFailure(f"rank {self.rank}: injected failure at {kind} "
                               f"(communication call {state.calls})")
-        if peer is not None and not 0 <= peer < self.size:
-            raise ValueError(f"rank {self.rank}: {kind} with rank {peer}, "
-                             f"but the communicator has ranks 0..{self.size - 1}")
-        if tag < 0:
-            raise ValueError(f"rank {self.rank}: {kind} tag must be >= 0, got {tag}")
-        if buf is not None and not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
-            raise ValueError(f"rank {self.rank}: {kind} needs a C-contiguous numpy array "
-                             f"(use np.ascontiguousarray), got {type(buf).__name__}")
+        if peer is not None:
+            check_point_to_point(self.rank, self.size, kind, peer, tag, buf)
 
     def _exchange(self, kind: str, value: object) -> dict[int, object]:
         calls = self.state.collective_calls
