@@ -22,7 +22,6 @@ rank waits it can let the student's other ranks ask for what would release it.
 from __future__ import annotations
 
 import itertools
-import json
 import socket
 import sys
 from typing import Any
@@ -31,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from minidist.comm.transport.mpi import MPICommunicator, MPIRequest
-from minidist.labkit import wire
+from minidist.labkit.mpi_ranks import read_message, send_message
 from minidist.labkit.relay import COUNTERS
 
 
@@ -39,16 +38,15 @@ def serve(path: str) -> None:
     comm = MPICommunicator(MPI.COMM_WORLD)
     line = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     line.connect(path)
-    send(line, {"rank": comm.rank})
+    send_message(line, {"rank": comm.rank})
     # number -> (request, its buffer, kept until it completes; whether it is answered)
     pending: dict[int, tuple[Any, np.ndarray | None, bool]] = {}
     numbers = itertools.count()
-    while (text := wire.recv_text(line)) is not None:
-        request = wire.decode(wire.loads(text), _nothing, frozenset())
+    while (request := read_message(line)) is not None:
         op = request.get("op")
         try:
             if op in ("stats", "end"):
-                send(line, {name: getattr(comm.stats, name) for name in COUNTERS})
+                send_message(line, {name: getattr(comm.stats, name) for name in COUNTERS})
                 if op == "end":
                     break
                 continue
@@ -57,7 +55,7 @@ def serve(path: str) -> None:
                 done = mpi_request.test()
                 if done:
                     del pending[request["id"]]
-                send(line, {"done": bool(done), "data": buf if done and answered else None})
+                send_message(line, {"done": bool(done), "data": buf if done and answered else None})
                 continue
             number = next(numbers)
             if op == "isend":
@@ -71,18 +69,10 @@ def serve(path: str) -> None:
                 pending[number] = (barrier, None, False)
             else:
                 raise ValueError(f"no operation {op!r}")
-            send(line, {"id": number})
+            send_message(line, {"id": number})
         except Exception as error:  # noqa: BLE001  (the grader names it to the student)
-            send(line, {"error": [type(error).__name__, str(error)[:2000]]})
+            send_message(line, {"error": [type(error).__name__, str(error)[:2000]]})
     line.close()
-
-
-def send(line: socket.socket, message: dict) -> None:
-    wire.send_text(line, json.dumps(wire.encode(message, _nothing)))
-
-
-def _nothing(*_: Any) -> None:
-    return None
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ class MPIRanks:
     def call(self, rank: int, **request: Any) -> dict:
         """One request to rank ``rank``'s process, and its answer; its error raised."""
         line = self.lines[rank]
-        wire.send_text(line, json.dumps(wire.encode(request, _nothing)))
+        send_message(line, request)
         answer = self._read(line)
         if "error" in answer:
             name, message = answer["error"]
@@ -125,10 +125,10 @@ class MPIRanks:
 
     @staticmethod
     def _read(line: socket.socket) -> dict:
-        text = wire.recv_text(line)
-        if text is None:
+        message = read_message(line)
+        if message is None:
             raise CommError("an MPI rank of the grader ended")
-        return wire.decode(wire.loads(text), _nothing, frozenset())
+        return message
 
     def stats(self) -> list[CommStats]:
         """Each MPI process's counters: what really went between them."""
@@ -139,8 +139,8 @@ class MPIRanks:
         for line in self.lines:
             try:
                 line.settimeout(5.0)
-                wire.send_text(line, json.dumps(wire.encode({"op": "end"}, _nothing)))
-                wire.recv_text(line)
+                send_message(line, {"op": "end"})
+                read_message(line)
             except OSError:  # gone, or not answering: stopped below
                 pass
             line.close()
@@ -252,6 +252,18 @@ class MPIRankRequest(Request):
             self.comm.take_turns()
 
 
-def _nothing(*_: Any) -> None:
+def send_message(line: socket.socket, message: dict) -> None:
+    """A request or an answer between the grader and one of its MPI ranks: data only
+    (``wire.py``), both ways."""
+    wire.send_text(line, json.dumps(wire.encode(message, _nothing)))
+
+
+def read_message(line: socket.socket) -> dict | None:
+    """The next message on ``line``; None once the other end has closed it."""
+    text = wire.recv_text(line)
+    return None if text is None else wire.decode(wire.loads(text), _nothing, frozenset())
+
+
+def _nothing(*_: Any) -> None:  # no object crosses by reference here
     return None
 
