@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minidist.parallel.ps import KeyLayout
-from minidist.parallel.ps.keys import gather_index
+from minidist.parallel.ps.keys import common_width, gather_index
 from minidist.parallel.ps.messages import HEADER_BYTES, Header, Kind, unpack
 from minidist.parallel.ps.plans import LastKeys, Route
 
@@ -49,6 +49,18 @@ def test_value_index_and_gather_index_follow_the_keys(spec, data):
                                   values[layout.value_index(np.sort(keys))])
 
 
+def test_rows_of_one_width_are_indexed_as_rows():
+    layout = KeyLayout({"bias": (2, 3), "emb": (6, 4)})
+    base = layout.first_key["emb"]
+    assert common_width(layout.widths[base:]) == 4 and common_width(layout.widths) == 1
+    values = np.arange(layout.num_values)
+    rows = values[layout.offsets[base]:].reshape(-1, 4)  # a server's shard, as rows
+    keys = np.array([7, 3, 5])
+    np.testing.assert_array_equal(rows[layout.value_index(keys, base, width=4)].ravel(),
+                                  values[layout.value_index(keys)])
+    assert layout.value_index(np.arange(3, 6), base, width=4) == slice(1, 4)
+
+
 def test_dense_arrays_become_tables_of_rows():
     layout = KeyLayout.of_arrays({"W": (4, 3, 2), "b": (6,), "s": ()})
     assert layout.tables == {"W": (4, 6), "b": (1, 6), "s": (1, 1)}
@@ -88,8 +100,8 @@ def test_header_and_payload_round_trip():
     payload = np.empty(header.payload_bytes(4) - 2 * 4, np.uint8)
     got_keys, got_values = unpack(route.pack_push(route.parts[0], values, payload), 2,
                                   np.dtype(np.float32))
-    np.testing.assert_array_equal(got_keys, [2, 9])
-    np.testing.assert_array_equal(got_values, [1, 2, 0])  # in key order
+    np.testing.assert_array_equal(got_keys, [9, 2])  # one server: the caller's order
+    np.testing.assert_array_equal(got_values, [0, 1, 2])
     assert header.payload_bytes(4) == 2 * 8 + 5 * 4
 
 
@@ -107,8 +119,8 @@ def test_split_by_load_gives_popular_keys_narrower_ranges():
 
 @settings(max_examples=60, deadline=None)
 @given(tables, st.integers(1, 4), st.data())
-def test_a_route_packs_each_servers_rows_in_key_order_and_assembles_them_back(spec, servers,
-                                                                              data):
+def test_a_route_packs_each_servers_rows_in_the_callers_order_and_assembles_them_back(
+        spec, servers, data):
     layout = KeyLayout(spec)
     ranges = layout.split(min(servers, layout.num_keys))
     keys = np.array(data.draw(st.lists(st.integers(0, layout.num_keys - 1), unique=True)),
@@ -120,13 +132,13 @@ def test_a_route_packs_each_servers_rows_in_key_order_and_assembles_them_back(sp
               for k, end in zip(keys.tolist(), ends, strict=True)}
     answers = []
     for part, (first, end) in zip(route.parts, ranges, strict=True):
-        assert part.keys.tolist() == sorted(k for k in keys.tolist() if first <= k < end)
+        assert part.keys.tolist() == [k for k in keys.tolist() if first <= k < end]
         payload = np.empty(8 * part.keys.size + 8 * part.count, np.uint8)
         got_keys, got_rows = unpack(route.pack_push(part, rows, payload), part.keys.size,
                                     np.dtype(np.float64))
         expected = [by_key[k] for k in part.keys.tolist()]
         np.testing.assert_array_equal(got_rows, np.concatenate([np.empty(0), *expected]))
-        answers.append(got_rows.copy())  # a server answers a pull with its rows, key order
+        answers.append(got_rows.copy())  # a server answers a pull with its rows, same order
     np.testing.assert_array_equal(route.assemble(answers), rows)
 
 

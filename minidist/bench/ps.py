@@ -39,8 +39,10 @@ Targets, and why a well-made implementation meets them:
    matter less, and the rest pays for the server's update and one copy of
    the rows at each end.
 2. Sparse push+pull at >= 0.25x the ring's MB/s on the rows' bytes: the
-   dense step's work, plus a gather or scatter of scattered rows at each end
-   of both messages (index arrays, about one more copy each).
+   dense step's work in two round trips, plus the server's gather (the pull)
+   and scattered update (the push) of rows spread over a 51 MB table, one
+   index per row; the worker sends and receives its rows in its own order,
+   as they lie.
 3. A sparse step >= 10x faster than the ring allreduce of the whole table:
    it moves 100x fewer bytes; a sparse path that loses 9/10 of that to
    per-row costs has failed its purpose.

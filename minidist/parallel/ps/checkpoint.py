@@ -19,11 +19,25 @@ from pathlib import Path
 
 import numpy as np
 
-from minidist.parallel.ps.rules import ShardState
+from minidist.parallel.ps.rules import ShardState, SoftSync
 
 
 def shard_file(path: str | os.PathLike, server: int) -> Path:
     return Path(path) / f"shard-{server}.npz"
+
+
+def refuse_to_save(path: str | os.PathLike | None, clock: int, accumulator: SoftSync | None
+                   ) -> None:
+    """A clear error if no checkpoint can be taken at ``clock``: the server was given no
+    ``path``, or n-softsync's ``accumulator`` holds gradients (a checkpoint saves none)."""
+    if path is None:
+        raise ValueError("a worker asked for a checkpoint, but the parameter server "
+                         "was given no checkpoint path")
+    if accumulator is not None and accumulator.count:
+        raise ValueError(f"checkpoint at clock {clock}: n-softsync holds "
+                         f"{accumulator.count} of its {accumulator.c} gradients, "
+                         f"which a checkpoint does not save; take it at a clock where the "
+                         f"pushes so far are a multiple of c")
 
 
 def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: int,
@@ -56,11 +70,11 @@ def load_shard(path: str | os.PathLike, server: int, shard: ShardState,
         if tuple(saved["key_range"]) != tuple(key_range):
             raise ValueError(f"{target} holds keys {tuple(saved['key_range'])}, but server "
                              f"{server} now holds {key_range}: same layout and server count?")
-        shard.values[...] = saved["values"]
+        shard.values[...] = saved["values"].reshape(shard.values.shape)  # flat, or as rows
         shard.version = int(saved["version"])
         if shard.sums is not None:
-            shard.sums[...] = saved["sums"]
+            shard.sums[...] = saved["sums"].reshape(shard.sums.shape)
         if shard.moments is not None:
             for array, name in zip(shard.moments, ("steps", "first", "second"), strict=True):
-                array[...] = saved[name]
+                array[...] = saved[name].reshape(array.shape)
         return int(saved["clock"])

@@ -18,8 +18,9 @@ on one server while another holds the biases. Given a ``load`` per key (how
 often it is requested, times its bytes) the cut balances that instead: the
 servers of popular keys then hold fewer of them (``hotspots.py``).
 
-On the wire a request carries its keys (int64) and, for a push, their rows'
-values concatenated in key order: ``8·k + itemsize·Σ widths`` bytes.
+On the wire a request carries its keys (int64), in the worker's order, and
+for a push their rows' values concatenated in the same order:
+``8·k + itemsize·Σ widths`` bytes.
 """
 
 from __future__ import annotations
@@ -119,14 +120,18 @@ class KeyLayout:
         """How many numbers the rows of ``keys`` hold."""
         return int(self.widths[keys].sum())
 
-    def value_index(self, keys: np.ndarray, base: int = 0) -> slice | np.ndarray:
-        """Where the rows of ``keys`` lie in a vector of values that starts at key ``base``:
-        a slice when the keys are one ascending run (a dense pull: no gather), else an
-        index array, rows in the order of ``keys``."""
+    def value_index(self, keys: np.ndarray, base: int = 0,
+                    width: int = 1) -> slice | np.ndarray:
+        """Where the rows of ``keys`` lie in a vector of values that starts at key ``base``,
+        counted in units of ``width`` values (1, or the width every row there has: then
+        one index per row): a slice when the keys are one ascending run (a dense pull: no
+        gather), else an index array, rows in the order of ``keys``."""
         first = self.offsets[base]
         if keys.size and keys[-1] - keys[0] + 1 == keys.size and np.all(np.diff(keys) == 1):
-            return slice(int(self.offsets[keys[0]] - first),
-                         int(self.offsets[keys[-1] + 1] - first))
+            return slice(int(self.offsets[keys[0]] - first) // width,
+                         int(self.offsets[keys[-1] + 1] - first) // width)
+        if width > 1:  # rows of one width: a row's number is its key's
+            return keys - base
         return spans(self.offsets[keys] - first, self.widths[keys])
 
     def flatten(self, arrays: Mapping[str, np.ndarray], dtype=np.float64) -> np.ndarray:
@@ -149,6 +154,12 @@ class KeyLayout:
         start = int(self.offsets[self.first_key[name]])
         rows, width = self.tables[name]
         return slice(start, start + rows * width)
+
+
+def common_width(widths: np.ndarray) -> int:
+    """The width all these rows have (rows of one table), so that they move and are
+    indexed as rows, one index per row; 1 (single values) if they differ."""
+    return int(widths[0]) if widths.size and bool(np.all(widths == widths[0])) else 1
 
 
 def spans(starts: np.ndarray, widths: np.ndarray) -> np.ndarray:

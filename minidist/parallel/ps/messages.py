@@ -25,7 +25,7 @@ message, already in the server's buffer when it wakes. Of a longer payload
 the keys still ride with the header if they fit, and the rows follow as a
 second message (tag ``Tag.PS_PAYLOAD``), received once the header has said
 how long they are: sent straight from the worker's gradient where its rows
-lie in key order, without packing them (``Header.inline_bytes``). With more
+lie in one run, without packing them (``Header.inline_bytes``). With more
 keys than fit, the whole payload follows. An extra wake-up and a receive
 matter little beside moving that many bytes; the bytes sent are the same
 every way.

@@ -5,7 +5,10 @@ optimiser's state (the same length): nothing per worker. A push of the rows
 ``keys`` arrives as their gradient ``g``; ``index`` says where those rows lie
 in the shard (a slice for a dense push, an index array for sparse rows), and
 the update touches those values only: O(values pushed), however large the
-shard.
+shard. Where every row of the shard has one width (an embedding table), the
+server sees the vectors as a table of rows (``ShardState.as_rows``) and
+``index`` and ``g`` name rows, one index per row: the same rule reads and
+writes the same numbers, with a 64th of the indices for rows of 64.
 
 - **sgd**: ``w -= lr·g``.
 - **adagrad**: ``G += g²; w -= lr·g / (√G + eps)`` (the textbook rule,
@@ -78,6 +81,15 @@ class ShardState:
         self.sums = np.zeros_like(values) if rule == "adagrad" else None  # AdaGrad's G
         self.moments = tuple(np.zeros_like(values) for _ in range(3)) if rule == "adam" else None
 
+    def as_rows(self, width: int) -> None:
+        """Hold the values and the state as rows of ``width`` values (views of the same
+        memory): an index then names rows. What a checkpoint saves stays the same numbers."""
+        self.values = self.values.reshape(-1, width)
+        if self.sums is not None:
+            self.sums = self.sums.reshape(-1, width)
+        if self.moments is not None:
+            self.moments = tuple(m.reshape(-1, width) for m in self.moments)
+
     @lab_answer("lab06_shard_update")
     def apply(self, index: slice | np.ndarray, grad: np.ndarray) -> None:
         """One update of the values at ``index`` with their gradient ``grad``; version += 1.
@@ -104,11 +116,12 @@ class SoftSync:
     """n-softsync's accumulator: gradients summed (each scaled by α(τ)/α0) until ``c``
     have arrived; then their average is one update."""
 
-    def __init__(self, num_keys: int, num_values: int, dtype: np.dtype, c: int) -> None:
+    def __init__(self, num_keys: int, shape: int | tuple[int, int], dtype: np.dtype,
+                 c: int) -> None:
         if c < 1:
             raise ValueError(f"softsync needs c >= 1 gradients per update, got {c}")
         self.c, self.count = c, 0
-        self.total = np.zeros(num_values, dtype)
+        self.total = np.zeros(shape, dtype)  # the shard's values' shape
         self.touched = np.zeros(num_keys, bool)
 
     @lab_answer("lab06_softsync")

@@ -57,15 +57,16 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from functools import partial
 
 import numpy as np
 
 from minidist.comm.errors import CommError, PeerFailed
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
-from minidist.parallel.ps.checkpoint import save_shard
+from minidist.parallel.ps.checkpoint import refuse_to_save, save_shard
 from minidist.parallel.ps.consistency import Consistency, StalenessLog
-from minidist.parallel.ps.keys import KeyLayout
+from minidist.parallel.ps.keys import KeyLayout, common_width
 from minidist.parallel.ps.messages import (
     HEADER_BYTES,
     INLINE_BYTES,
@@ -100,9 +101,11 @@ class Server:
         self.at_checkpoint: dict[int, Header] = {}
         self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
-        # where a worker's keys lie in the shard, kept for its next request (plans.py)
-        self.index_of = {w: LastKeys(lambda keys: layout.value_index(keys, base=key_range[0]))
-                         for w in self.clocks}
+        # the shard as rows when they have one width (rules.py), and where a worker's keys
+        # lie in it, kept for its next request (plans.py)
+        self.width = common_width(layout.widths[key_range[0]:key_range[1]])
+        index = partial(layout.value_index, base=key_range[0], width=self.width)
+        self.index_of = {w: LastKeys(index) for w in self.clocks}
         # where a worker's next request lands: filled only once its last one is handled
         self.inbox = {w: np.empty(HEADER_BYTES + INLINE_BYTES, np.uint8) for w in self.clocks}
 
@@ -113,11 +116,12 @@ class Server:
         self.shard = shard
         # the same values, behind 8 free bytes: a read from the shard's first value on is
         # answered where it lies (plans.py)
-        self.framed = FramedShard(shard.values)
+        self.framed = FramedShard(shard.values, self.width)
         shard.values = self.framed.values
+        shard.as_rows(self.width)
         if self.softsync is not None:
             c = max(1, len(self.workers) // self.softsync)
-            self.accumulator = SoftSync(end - first, self.shard.values.size, self.dtype, c)
+            self.accumulator = SoftSync(end - first, shard.values.shape, self.dtype, c)
         listening = {w: self._listen(w) for w in self.clocks}
         while listening:
             worker = self._next(listening)
@@ -137,7 +141,7 @@ class Server:
             if header.kind is not Kind.STOP:
                 listening[worker] = self._listen(worker)
         self._apply_held()
-        return ServerReport(self.server, self.key_range, self.shard.values,
+        return ServerReport(self.server, self.key_range, self.framed.values,
                             self.shard.version, self.log, self.requests, self.dropped)
 
     # --- 1-2. listen, and choose whom to answer ------------------------------------------
@@ -192,6 +196,7 @@ class Server:
         if kind in (Kind.PUSH, Kind.PULL, Kind.PUSH_PULL):
             riding = self.inbox[worker][HEADER_BYTES:]
             keys, rows = receive_payload(self.c, riding, header, self.workers[worker], self.dtype)
+            rows = rows.reshape(-1, self.width)
             if kind is not Kind.PULL:
                 self._take_push(worker, header, keys, rows, acknowledge=kind is Kind.PUSH)
             clock = header.clock
@@ -231,7 +236,7 @@ class Server:
             self.shard.apply(index, rows if scale == 1.0 else scale * rows)
         elif self.accumulator.add(keys - first, index, rows, scale):
             touched, mean = self.accumulator.take()
-            index = self.layout.value_index(touched + first, base=first)
+            index = self.layout.value_index(touched + first, first, self.width)
             self.shard.apply(index, mean[index])
         if acknowledge:
             self._acknowledge(worker)
@@ -281,23 +286,17 @@ class Server:
             count = self.layout.value_count(keys)
             answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
             answer[:8].view(np.int64)[0] = self.shard.version
-            rows = answer[8:].view(self.dtype)
+            rows = answer[8:].view(self.dtype).reshape(-1, self.width)
             if isinstance(index, slice):
                 rows[...] = self.shard.values[index]
             else:
-                np.take(self.shard.values, index, out=rows)
+                np.take(self.shard.values, index, axis=0, out=rows)
         # communication: the version, then the rows read
         self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
 
     def _checkpoint(self, clock: int) -> None:
-        if self.checkpoint_path is None:
-            raise ValueError("a worker asked for a checkpoint, but the parameter server "
-                             "was given no checkpoint path")
-        if self.softsync is not None and self.accumulator.count:
-            raise ValueError(f"checkpoint at clock {clock}: n-softsync holds "
-                             f"{self.accumulator.count} of its {self.accumulator.c} gradients, "
-                             f"which a checkpoint does not save; take it at a clock where the "
-                             f"pushes so far are a multiple of c")
+        refuse_to_save(self.checkpoint_path, clock,
+                       self.accumulator if self.softsync is not None else None)
         save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
         for worker in sorted(self.at_checkpoint):
             # communication: the clock saved: the worker may go on

@@ -1,6 +1,6 @@
 """A worker's side of a parameter server: pull rows, push gradients, tick the clock.
 
-    values = worker.pull(keys)          # the rows of ``keys``, concatenated in key order
+    values = worker.pull(keys)          # the rows of ``keys``, concatenated in their order
     ...compute a gradient of the same shape...
     worker.push(keys, gradient)         # applied by the servers before push() returns
     worker.tick()                       # iteration finished: clock += 1 on every server
@@ -179,13 +179,13 @@ class Worker:
         return route, np.ascontiguousarray(gradient, self.dtype)
 
     def _push_request(self, kind: Kind, route: Route, part: Part, gradient: np.ndarray) -> None:
-        # its keys, then their rows in key order, as servers store them
+        # its keys, then their rows in the same order
         self._request(part.server, kind, part, self.versions[part.server], (route, gradient))
 
     def _request(self, server: int, kind: Kind, part: Part | None = None, version: int = -1,
                  push: tuple[Route, np.ndarray] | None = None) -> None:
         """Send a request: its header, then its payload: ``part``'s keys and, for a push,
-        their rows of the gradient (``push``: its route and the gradient) in key order."""
+        their rows of the gradient (``push``: its route and the gradient) in that order."""
         keys = 0 if part is None else part.keys.size
         values = 0 if push is None else part.count
         header = Header(kind, self.clock, keys, values, version, self.begun)
