@@ -149,14 +149,16 @@ def page_fault_cost(mpi_comm, nbytes: int = 64 << 20, repeats: int = 10) -> floa
     A buffer this long comes straight from the kernel (``mmap``) at every
     ``malloc``, and each 4 KiB page faults when first written: MPICH's
     Allreduce pays this on its temporary buffer from 32 MiB up
-    (``comm/cost/mpich.py``). Measured on an anonymous ``mmap``, as malloc
-    gets it (numpy's own large arrays ask for huge pages, which fault 512x
-    less often: 4 ms instead of 24 ms for 64 MiB here).
+    (``comm/cost/mpich.py``). Measured on a private anonymous ``mmap``, as
+    malloc gets it: not Python's default shared one, whose pages are the
+    kernel's shared memory and fault about 1.4x slower here; nor numpy's own
+    large arrays, which ask for huge pages and fault 512x less often (4 ms
+    instead of 24 ms for 64 MiB here).
     """
     kept = np.empty(nbytes, np.uint8)
 
     def fill_fresh() -> None:
-        with mmap.mmap(-1, nbytes) as fresh:
+        with mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as fresh:
             np.frombuffer(fresh, np.uint8).fill(1)
 
     warm = timed(mpi_comm, partial(kept.fill, 1), repeats)
