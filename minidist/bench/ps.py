@@ -7,7 +7,8 @@
 
 1. **Throughput** at P = 2: rank 0 serves, rank 1 works. A step is what a
    training step sends, with a fixed gradient (nothing is computed); its
-   time is the worker's, the median of ``--iters`` steps after ``--warmup``.
+   time is the worker's, the median of ``--iters`` steps (each round's
+   after ``--warmup``).
    ``MB/s`` is the rows' bytes over the step time (the vector kept in sync
    per second, as an allreduce's algbw), ``steps/s`` one over it.
    Dense: every key of a table of 2 KiB rows (256 float64) from 8 KiB to
@@ -18,9 +19,11 @@
    step; a step is a pull of its rows, then a push of their gradient (the
    next step wants other rows). Beside each, on the
    same two ranks in the same run, the ring allreduce of a vector of the same
-   bytes (``bench.allreduce.time_allreduce``: the median of the slower
-   rank's time), and for the sparse rows the ring allreduce of the whole
-   table: what data parallelism would move instead.
+   bytes (``bench.allreduce.call_times``: the slower rank's time of each
+   call), and for the sparse rows the ring allreduce of the whole table:
+   what data parallelism would move instead. The parameter server and its
+   ring take turns ``--rounds`` times, ``--iters / --rounds`` steps and
+   calls a turn, so that a change of load on the machine hits both.
 2. **Straggler**: 1 server + 3 workers train the digits MLP (``train_mlp``)
    under BSP, SSP(3) and ASP, the last worker sleeping for real (``--slowdown``
    - 1)x its own step (``examples.ps_mlp.SleepingStraggler``). The time to
@@ -81,7 +84,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from minidist.bench.allreduce import default_sizes, format_size, time_allreduce
+from minidist.bench.allreduce import call_times, default_sizes, format_size, time_allreduce
 from minidist.comm import Communicator, LocalCommunicator, allreduce, world
 from minidist.examples.ps_mlp import SleepingStraggler
 from minidist.models.mlp import build_mlp
@@ -94,16 +97,16 @@ ROW = 256  # values per row of the dense tables
 MODES = [("bsp", None), ("ssp", 3), ("asp", None)]
 
 
-def push_pull_time(c: Communicator, layout: KeyLayout, step_keys: Callable[[int], np.ndarray],
-                   iters: int, warmup: int, dense: bool) -> float:
-    """Median seconds of the worker's step on ``step_keys(i)`` (module docstring, part 1),
-    on both ranks."""
+def push_pull_times(c: Communicator, layout: KeyLayout, step_keys: Callable[[int], np.ndarray],
+                    iters: int, warmup: int, dense: bool) -> list[float]:
+    """The worker's seconds of each of ``iters`` steps on ``step_keys(i)``, after ``warmup``
+    (module docstring, part 1), on both ranks."""
     ps = ParameterServer(c, layout, optimizer=ServerOptimizer("sgd", lr=1e-3), dtype=DTYPE)
-    median = 0.0
+    times = np.zeros(iters)
     if ps.is_server:
         ps.serve(np.zeros(layout.num_values, DTYPE))
     else:
-        worker, times = ps.worker(), []
+        worker, steps = ps.worker(), []
         gradient = np.full(layout.value_count(step_keys(0)), 1e-3, DTYPE)
         if dense:
             worker.pull(step_keys(0))  # the first step's weights
@@ -116,11 +119,11 @@ def push_pull_time(c: Communicator, layout: KeyLayout, step_keys: Callable[[int]
             else:
                 worker.pull(keys)
                 worker.push(keys, gradient)
-            times.append(time.perf_counter() - start)
+            steps.append(time.perf_counter() - start)
         worker.stop()
-        median = statistics.median(times[warmup:])
-    # communication: the server learns the worker's figure
-    return float(allreduce(np.array([median]), c, op="max")[0])
+        times[:] = steps[warmup:]
+    # communication: the server learns the worker's figures
+    return allreduce(times, c, op="max").tolist()
 
 
 def throughput(c: Communicator, args: argparse.Namespace) -> tuple[list[dict], dict]:
@@ -135,25 +138,32 @@ def throughput(c: Communicator, args: argparse.Namespace) -> tuple[list[dict], d
     rows, width = args.table
     embedding = KeyLayout({"embedding": (rows, width)})
     rng = np.random.default_rng(0)
-    batches = [rng.choice(rows, args.rows, replace=False) for _ in range(args.warmup + args.iters)]
+    per_round = -(-args.iters // args.rounds)
+    steps = args.rounds * (args.warmup + per_round)  # new rows every step of every round
+    batches = [rng.choice(rows, args.rows, replace=False) for _ in range(steps)]
     cases.append((f"sparse {args.rows} of {rows} x {width}", embedding, batches.__getitem__))
     results = []
     for label, layout, step_keys in cases:
         nbytes = layout.value_count(step_keys(0)) * DTYPE.itemsize
-        ps = push_pull_time(c, layout, step_keys, args.iters, args.warmup,
-                            dense=label.startswith("dense"))
-        ring = time_allreduce(c, "ring", nbytes, DTYPE, args.iters, args.warmup)
-        results.append(dict(label=label, bytes=nbytes, ps=ps, ring=ring))
+        ps, ring = [], []
+        for r in range(args.rounds):  # the two take turns: a change of load hits both
+            first = r * (args.warmup + per_round)
+            ps += push_pull_times(c, layout, lambda i, f=first, k=step_keys: k(f + i), per_round,
+                                  args.warmup, dense=label.startswith("dense"))
+            ring += call_times(c, "ring", nbytes, DTYPE, per_round, args.warmup)
+        results.append(dict(label=label, bytes=nbytes, ps=statistics.median(ps),
+                            ring=statistics.median(ring)))
     whole = embedding.num_values * DTYPE.itemsize
     table = dict(label=f"{rows} x {width}", bytes=whole,
                  ring=time_allreduce(c, "ring", whole, DTYPE, max(3, args.iters // 4), 1))
     return results, table
 
 
-def show_throughput(results: list[dict], table: dict, iters: int) -> list[str]:
+def show_throughput(results: list[dict], table: dict, iters: int, rounds: int) -> list[str]:
     """Print part 1's table; return its target lines."""
     print(f"# 1. push+pull vs ring allreduce, P = 2 (rank 0 serves, rank 1 works), float64, "
-          f"median of {iters} steps, load average {os.getloadavg()[0]:.1f}")
+          f"median of {-(-iters // rounds) * rounds} steps in {rounds} turns each, load average "
+          f"{os.getloadavg()[0]:.1f}")
     print(f"{'keys':>28} {'bytes':>10} {'step us':>13} {'MB/s':>8} {'steps/s':>8} "
           f"{'ring us':>9} {'ring MB/s':>10} {'ps/ring':>8}")
     for r in results:
@@ -232,7 +242,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100, help="part 2's clocks per worker")
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--target", type=float, default=0.3, help="test loss to reach")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="turns the peers take: part 1's two, part 2's three")
     parser.add_argument("--hidden", type=int, default=64, help="the MLP's hidden width")
     args = parser.parse_args(argv)
     args.dense_sizes, args.table, args.rows = default_sizes(8 << 10, 16 << 20), (100_000, 64), 1000
@@ -257,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"on 3 or more; got {c.size} for {part}")
     if part == "throughput":
         results, table = throughput(c, args)
-        lines = show_throughput(results, table, args.iters) if c.rank == 0 else []
+        lines = show_throughput(results, table, args.iters, args.rounds) if c.rank == 0 else []
     else:
         times = straggler(c, args)
         lines = show_straggler(times, args, c.size) if c.rank == 0 else []
