@@ -8,13 +8,13 @@ a small request it costs more than moving the bytes. Two things here keep
 it to once per key set:
 
 - ``Route``: a worker's request worked out: the keys checked, and per
-  server its keys (in the caller's order: a server takes keys in any order,
-  so nothing is sorted), their packed bytes, its values' count, and where
-  its rows lie in the caller's order (``Part.at``), so that a push's rows
-  go straight into the payload (one copy, no reordered temporary), or onto
-  the wire as they lie when they follow their header on their own (one
-  server, or keys already grouped by server), and a pull's answers straight
-  into the result.
+  server its keys (in the caller's order: a server takes keys in any
+  order, so they are not put into key order), their packed bytes, its
+  values' count, and where its rows lie in the caller's order
+  (``Part.at``), so that a push's rows go straight into the payload (one
+  copy, no reordered temporary), or onto the wire as they lie when they
+  follow their header on their own (one server, or keys already grouped
+  by server), and a pull's answers straight into the result.
 - ``LastKeys``: a memo of one entry keyed on a key array: the last key set
   and what was built from it (a worker's ``Route``; a server's index of the
   values of a worker's keys, ``KeyLayout.value_index``). Asking again with
