@@ -58,12 +58,12 @@ def answer_method(class_name: str, name: str) -> ast.FunctionDef:
     raise LookupError(f"{SOLUTION} defines no {class_name}.{name}")
 
 
-def run_cells(answers: dict[str, str]) -> tuple[dict, list[str]]:
+def run_cells(answers: dict[str, str]) -> tuple[dict, dict[str, str]]:
     """The setup cell and ``answers`` (grade id -> source) executed as the notebook runs
     them, then every check cell of the solution, hidden tests included: the namespace and
-    the grade ids of the checks that failed."""
+    the checks that failed (grade id -> what the check said), in notebook order."""
     namespace: dict = {}
-    failed = []
+    failed = {}
     for cell in CELLS:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade_id") == "setup":
@@ -73,8 +73,8 @@ def run_cells(answers: dict[str, str]) -> tuple[dict, list[str]]:
         elif meta.get("grade"):
             try:
                 exec("".join(cell["source"]), namespace)
-            except CheckFailed:
-                failed.append(meta["grade_id"])
+            except CheckFailed as failure:
+                failed[meta["grade_id"]] = str(failure)
     return namespace, failed
 
 
@@ -113,14 +113,15 @@ def test_each_check_blocks_the_library_answer_to_its_task(check, task, blocked):
 
 @pytest.mark.timeout(120)
 def test_the_solution_passes_every_check_and_each_fixture_fails_exactly_its_own():
-    assert SOLVED_FAILURES == []
+    assert SOLVED_FAILURES == {}
     losses = json.loads((FIXTURES / "expected_losses.json").read_text())
     assert len(losses) >= 4
     for fixture, lost in losses.items():
         cells = json.loads((FIXTURES / f"{fixture}.ipynb").read_text())["cells"]
         answers = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in cells
                    if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
-        assert run_cells(answers)[1] == list(lost), fixture
+        failed = run_cells(answers)[1]
+        assert list(failed) == list(lost), (fixture, failed)
 
 
 # --- Task 1 ----------------------------------------------------------------------------------
