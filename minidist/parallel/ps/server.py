@@ -119,6 +119,7 @@ class Server:
         self.framed = FramedShard(shard.values, self.width)
         shard.values = self.framed.values
         shard.as_rows(self.width)
+        self.accumulator = None  # n-softsync's, when it is on: c = max(1, ⌊λ/n⌋) gradients
         if self.softsync is not None:
             c = max(1, len(self.workers) // self.softsync)
             self.accumulator = SoftSync(end - first, shard.values.shape, self.dtype, c)
@@ -232,7 +233,7 @@ class Server:
         self.log.gradients[tau] += 1
         index = self.index_of[worker](keys)
         scale = self.optimizer.scale(tau)
-        if self.softsync is None:
+        if self.accumulator is None:
             self.shard.apply(index, rows if scale == 1.0 else scale * rows)
         elif self.accumulator.add(keys - first, index, rows, scale):
             touched, mean = self.accumulator.take()
@@ -295,8 +296,7 @@ class Server:
         self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
 
     def _checkpoint(self, clock: int) -> None:
-        refuse_to_save(self.checkpoint_path, clock,
-                       self.accumulator if self.softsync is not None else None)
+        refuse_to_save(self.checkpoint_path, clock, self.accumulator)
         save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
         for worker in sorted(self.at_checkpoint):
             # communication: the clock saved: the worker may go on
