@@ -238,3 +238,29 @@ def test_allreduce_tour_agrees_with_the_model() -> None:
             assert row["bytes"] == row["model_bytes"], row
             assert row["messages"] == row["model_messages"] and row["rounds"] == row["model_rounds"]
             assert row["clock"] == pytest.approx(row["model_time"], rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("shape, dtype", [((1024,), np.float32), ((3, 4096), np.float64),
+                                          ((5000,), np.int8), ((7,), np.float64), ((0,), np.uint8)])
+def test_page_aligned_empty_starts_on_a_page_from_a_page_up(shape, dtype) -> None:
+    from minidist.util.pages import PAGE, page_aligned_empty
+
+    a = page_aligned_empty(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    if a.nbytes >= PAGE:
+        assert a.ctypes.data % PAGE == 0
+    a[...] = 1  # the whole of it is usable memory
+    assert a.sum() == a.size
+
+
+def test_the_library_s_own_buffers_start_on_a_page() -> None:
+    """Where two buffers lie within a page can slow a copy between them (util/pages.py):
+    a communicator's receive buffers and allreduce's result, when it makes one, start on one."""
+    def body(c):
+        x = np.arange(8192, dtype=np.float64)
+        result = allreduce(x, c, algorithm="ring")
+        kept = c.scratch(1 << 15, np.float32)
+        return [a.ctypes.data % 4096 for a in (result, kept)], result[5]
+
+    for offsets, value in LocalCluster(2).run(body):
+        assert offsets == [0, 0] and value == 10.0

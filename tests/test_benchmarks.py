@@ -166,6 +166,16 @@ def test_english_corpus_strips_wikipedia_markup_and_writes_a_document_per_line(t
                      "x y z w v"]
 
 
+@pytest.mark.timeout(120)
+def test_placement_benchmark_launches_itself_and_prints_a_row_per_size_and_offset():
+    out = run("minidist.bench.placement", "--sizes", "16K,64K", "--offsets", "0,16,2048",
+              "--iters", "5")
+    rows = [line.split() for line in out.splitlines() if "KiB" in line]
+    assert [(r[0] + r[1], r[2]) for r in rows] == [(f"{s}KiB", o) for s in (16, 64)
+                                                   for o in ("0", "16", "2048")]
+    assert all(r[5] == "1.00" and r[7] == "1.00" for r in rows if r[2] == "0")  # the reference
+
+
 @pytest.mark.timeout(250)
 def test_simulator_benchmark_prints_wall_time_and_the_model_check_per_algorithm():
     out = run("minidist.bench.simulator", "--ranks", "4,16", "--values", "100")

@@ -47,6 +47,7 @@ from minidist.comm.cost.mpich import LocalPrices, load_local_prices
 from minidist.comm.cost.network import NetworkModel, load_network_model
 from minidist.comm.transport.communicator import Communicator
 from minidist.util.mpiexec import run_module_under_mpi
+from minidist.util.pages import page_aligned_empty
 
 UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -78,8 +79,11 @@ def call_times(c: Communicator, algorithm: str, nbytes: int, dtype: np.dtype,
     """The slowest rank's time of each of ``iters`` calls, in seconds."""
     from mpi4py import MPI
 
-    arr = np.ones(nbytes // dtype.itemsize, dtype)
-    out = np.empty_like(arr)
+    # both on a page, as OSU's benchmarks align theirs: where a buffer lies within a page
+    # can change a copy's time several times over (util/pages.py)
+    arr = page_aligned_empty(nbytes // dtype.itemsize, dtype)
+    arr[...] = 1
+    out = page_aligned_empty(arr.shape, dtype)
     if algorithm == RAW_MPI:
         def call() -> None:
             c.mpi_comm.Allreduce(arr, out, op=MPI.SUM)

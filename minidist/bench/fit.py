@@ -56,6 +56,7 @@ from minidist.bench.host_bus import (  # noqa: F401 (pricing.py's and the tests'
 from minidist.comm.cost.mpich import FRESH_FROM
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
 from minidist.util.mpiexec import run_module_under_mpi
+from minidist.util.pages import page_aligned_empty
 
 SIZES = [8] + [256 << k for k in range(19)]  # 8 B, then 256 B, 512 B, ..., 64 MiB
 CURVE_FROM = 256  # bytes: the curve starts here (below, alpha is all there is)
@@ -93,7 +94,8 @@ def message_times(mpi_comm, exchange: bool, sizes: list[int] = SIZES,  # noqa: A
     rank, peer = mpi_comm.Get_rank(), 1 - mpi_comm.Get_rank()
     times = {}
     for nbytes in sizes:
-        send, recv = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        send, recv = page_aligned_empty(nbytes, np.uint8), page_aligned_empty(nbytes, np.uint8)
+        send[...] = 1
         if exchange:
             def call(send: np.ndarray = send, recv: np.ndarray = recv) -> None:
                 mpi_comm.Sendrecv(send, peer, 0, recv, peer, 0)
@@ -134,7 +136,8 @@ def local_times(mpi_comm, sizes: list[int] = SIZES,  # noqa: ANN001
 
     times: dict[str, dict[int, float]] = {"add": {}, "mpi_reduce": {}, "copy": {}}
     for nbytes in (n for n in sizes if n >= CURVE_FROM):
-        acc, incoming = np.ones(nbytes // 4, np.float32), np.ones(nbytes // 4, np.float32)
+        acc, incoming = (page_aligned_empty(nbytes // 4, np.float32) for _ in range(2))
+        acc[...], incoming[...] = 1, 1
         times["add"][nbytes] = timed(mpi_comm, partial(np.add, acc, incoming, out=acc), repeats)
         times["mpi_reduce"][nbytes] = timed(mpi_comm, partial(MPI.SUM.Reduce_local, incoming,
                                                               acc), repeats)

@@ -16,10 +16,13 @@ import time
 
 import numpy as np
 
+from minidist.util.pages import page_aligned_empty
+
 
 def _copies(nbytes: int, repeats: int, start, results) -> None:  # noqa: ANN001
     """One of k processes: copy ``nbytes`` ``repeats`` times from the common start."""
-    source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    source, target = page_aligned_empty(nbytes, np.uint8), page_aligned_empty(nbytes, np.uint8)
+    source[...] = 1  # on pages of their own (util/pages.py), as the ranks' buffers are
     np.copyto(target, source)  # touch every page before the clock starts
     start.wait()
     began = time.perf_counter()

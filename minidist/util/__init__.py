@@ -7,6 +7,8 @@
 - :mod:`~minidist.util.download`: ``fetch``, a cached download checked against a hash;
 - :mod:`~minidist.util.answers`: ``@lab_answer("lab03_cost")``, marking a library
   function as a lab task's answer (``labkit.blocked`` blocks it while that task is checked).
+- :mod:`~minidist.util.pages`: ``page_aligned_empty``, a buffer that starts on a page
+  (where a buffer lies can slow a copy several times).
 
 The first two are imported here; import the others from their modules.
 """

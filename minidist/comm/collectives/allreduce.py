@@ -65,7 +65,8 @@ from minidist.comm.collectives.doubling import recursive_doubling_allreduce
 from minidist.comm.collectives.ring import ring_allreduce
 from minidist.comm.collectives.staging import staged
 from minidist.comm.collectives.tree import double_tree_allreduce, tree_allreduce
-from minidist.comm.transport.communicator import Communicator
+from minidist.comm.transport.communicator import SCRATCH_KEPT_FROM, Communicator
+from minidist.util.pages import page_aligned_empty
 
 
 def mpi_allreduce(x: np.ndarray, c: Communicator, op: str = "sum") -> np.ndarray:
@@ -142,8 +143,10 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
 
 def _result_buffer(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """``out`` after checking it (a new array of ``arr``'s shape and dtype when None)."""
-    if out is None:
-        return np.empty(arr.shape, arr.dtype)
+    if out is None:  # a long one starts a page (util/pages.py), as the kept scratch does
+        if arr.nbytes < SCRATCH_KEPT_FROM:
+            return np.empty(arr.shape, arr.dtype)
+        return page_aligned_empty(arr.shape, arr.dtype)
     if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype \
             or not out.flags.c_contiguous:
         raise ValueError(f"allreduce: out must be C-contiguous {arr.dtype} of shape {arr.shape}")

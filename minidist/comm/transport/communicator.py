@@ -16,6 +16,7 @@ import numpy as np
 
 from minidist.comm.ops import reduce_into
 from minidist.comm.transport.stats import CommStats
+from minidist.util.pages import page_aligned_empty
 
 T = TypeVar("T")
 SCRATCH_KEPT_FROM = 1 << 16  # bytes: scratch() keeps buffers from this size up
@@ -176,7 +177,7 @@ class Communicator(ABC):
             return np.empty(n, dtype)
         kept = self.kept(name, lambda: [np.empty(0, np.uint8)])
         if kept[0].nbytes < nbytes:
-            kept[0] = np.empty(nbytes, np.uint8)
+            kept[0] = page_aligned_empty(nbytes, np.uint8)  # starts a page: util/pages.py
         return kept[0][:nbytes].view(dtype)
 
     def price_as_part_of(self, nbytes: int | None) -> None:  # noqa: B027 (a hook)
