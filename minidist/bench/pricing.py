@@ -96,8 +96,9 @@ def describe_fit(nbytes: int, label: str, fits: list[tuple[NetworkModel, LocalPr
         return f"{statistics.median(gbps):.2f} GB/s ({gbps[0]:.2f}-{gbps[-1]:.2f})"
 
     nets = [net for net, _ in fits]
+    alphas = sorted(n.alpha * 1e6 for n in nets)
     return (f"# fit at {label}, {len(fits)} rounds, median (range): alpha "
-            f"{_median(n.alpha for n in nets) * 1e6:.1f} us, exchange "
+            f"{_median(alphas):.1f} us ({alphas[0]:.1f}-{alphas[-1]:.1f}), exchange "
             f"{rates([n.beta_at(nbytes) for n in nets])}, np.add "
             f"{rates([n.gamma_at(nbytes) for n in nets])}" + "".join(
                 f", bus B_1 {alone / 1e9:.1f} GB/s, B_host {together / 1e9:.1f} GB/s, S "
