@@ -170,10 +170,12 @@ def test_english_corpus_strips_wikipedia_markup_and_writes_a_document_per_line(t
 def test_placement_benchmark_launches_itself_and_prints_a_row_per_size_and_offset():
     out = run("minidist.bench.placement", "--sizes", "16K,64K", "--offsets", "0,16,2048",
               "--iters", "5")
-    rows = [line.split() for line in out.splitlines() if "KiB" in line]
+    rows = [line.split() for line in out.splitlines() if line.split()[1:2] == ["KiB"]]
     assert [(r[0] + r[1], r[2]) for r in rows] == [(f"{s}KiB", o) for s in (16, 64)
                                                    for o in ("0", "16", "2048")]
     assert all(r[5] == "1.00" and r[7] == "1.00" for r in rows if r[2] == "0")  # the reference
+    assert out.count("slowest copy against offset 0: ") == 1
+    assert out.count("slowest exchange against offset 0: ") == 1
 
 
 @pytest.mark.timeout(250)

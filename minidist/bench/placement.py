@@ -78,15 +78,24 @@ def measure(mpi_comm, sizes: list[int], offsets: list[int], iters: int) -> list[
 
 
 def report(rows: list[dict]) -> str:
-    lines = [f"{'size':>8} {'offset':>7} {'copy us':>9} {'GB/s':>6} {'vs 0':>5}  "
-             f"{'exchange us':>11} {'vs 0':>5}"]
-    first = {}
+    """The table, each time beside the same size's at the first offset, then the slowest
+    row of each kind against it."""
+    ref = rows[0]["offset"]
+    lines = [f"{'size':>8} {'offset':>7} {'copy us':>9} {'GB/s':>6} {'vs ' + str(ref):>7}  "
+             f"{'exchange us':>11} {'vs ' + str(ref):>7}"]
+    first, worst = {}, {"copy": (1.0, None), "exchange": (1.0, None)}
     for row in rows:
         base = first.setdefault(row["nbytes"], row)
+        ratios = {kind: row[kind] / base[kind] for kind in worst}
+        for kind, ratio in ratios.items():
+            worst[kind] = max(worst[kind], (ratio, row), key=lambda pair: pair[0])
         lines.append(f"{format_size(row['nbytes']):>8} {row['offset']:>7} "
                      f"{row['copy'] * 1e6:>9.1f} {row['nbytes'] / row['copy'] / 1e9:>6.1f} "
-                     f"{row['copy'] / base['copy']:>5.2f}  {row['exchange'] * 1e6:>11.1f} "
-                     f"{row['exchange'] / base['exchange']:>5.2f}")
+                     f"{ratios['copy']:>7.2f}  {row['exchange'] * 1e6:>11.1f} "
+                     f"{ratios['exchange']:>7.2f}")
+    for kind, (ratio, row) in worst.items():
+        where = "" if row is None else f": offset {row['offset']}, {format_size(row['nbytes'])}"
+        lines.append(f"slowest {kind} against offset {ref}: {ratio:.2f}x{where}")
     return "\n".join(lines)
 
 
