@@ -13,8 +13,9 @@ d bytes after its source, counted within a 4 KiB page (``(dst - src) mod
    kernel copies straight from one process into the other).
 
 Each figure is the median of ``--iters`` calls (the exchange: the slower
-rank's time, each call after a barrier, as ``bench/fit.py`` times), and the
-last column is its time over the same call's at offset 0. On a CPU whose
+rank's time, each call after a barrier, as ``bench/fit.py`` times), beside
+its time over the same call's at the first offset given (0 by default); two
+closing lines name the slowest of each kind against it. On a CPU whose
 copies are slow for a destination just after its source (``util/pages.py``),
 offsets 1 to 31 stand out; elsewhere every row reads about 1. This is why
 the library's own buffers and the benchmarks' start on a page. Nothing here
