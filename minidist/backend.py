@@ -85,8 +85,10 @@ def xp_of(array: object) -> ModuleType:
 def on_device(array: object) -> bool:
     """True for a device array (cupy's, or the strict guard's): one that reaches the
     host only through an explicit copy (``to_numpy``)."""
-    return isinstance(array, backend_strict.StrictArray) or \
-        type(array).__module__.startswith("cupy")
+    kind = type(array)
+    if kind is np.ndarray:  # the common case, asked on every collective's call: one test
+        return False
+    return issubclass(kind, backend_strict.StrictArray) or kind.__module__.startswith("cupy")
 
 
 def on_gpu(array: object) -> bool:

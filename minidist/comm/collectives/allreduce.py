@@ -125,7 +125,8 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     private = c.private()
     if check and rides_with_check(algorithm, c.size, arr.nbytes):
         # the small-message path: the data rides in the check's packets (see agreement.py)
-        checked_small_allreduce(arr.reshape(-1), result.reshape(-1), private, op,
+        flat = (arr, result) if arr.ndim == 1 else (arr.reshape(-1), result.reshape(-1))
+        checked_small_allreduce(*flat, private, op,
                                 length=arr.size, algorithm=_ALGORITHM_CODES[algorithm])
         return result
     check_same_everywhere(private, "allreduce", arr.dtype, op, check, length=arr.size,

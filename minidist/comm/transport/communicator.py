@@ -155,10 +155,13 @@ class Communicator(ABC):
         made by ``split`` too), so two threads on two communicators never
         share a buffer.
         """
-        store = self.__dict__.setdefault("_kept", {})
-        found = store.get(key)
-        if found is None:
-            found = store[key] = make()
+        try:
+            return self._kept[key]
+        except AttributeError:
+            self._kept: dict = {}
+        except KeyError:
+            pass
+        found = self._kept[key] = make()
         return found
 
     def scratch(self, n: int, dtype: np.dtype, name: str = "scratch") -> np.ndarray:
