@@ -142,6 +142,7 @@ class FramedShard:
         self.version = self.buffer[:8].view(np.int64)  # the answer's first 8 bytes
         self.values = self.buffer[8:].view(values.dtype)
         self.values[...] = values
+        self.rows = self.values.reshape(-1, width)  # the same values, a row per index
         self.unit = width * values.itemsize  # bytes per index
 
     def answer(self, version: int, index: slice | np.ndarray) -> np.ndarray | None:
@@ -151,3 +152,14 @@ class FramedShard:
             return None
         self.version[0] = version
         return self.buffer[:8 + index.stop * self.unit]
+
+    def gathered(self, version: int, index: slice | np.ndarray, into: np.ndarray) -> np.ndarray:
+        """A pull's answer for any ``index``, written into the byte buffer ``into`` (8 +
+        the rows' bytes): ``version``, then the values at ``index``, gathered."""
+        into[:8].view(np.int64)[0] = version
+        rows = into[8:].view(self.values.dtype).reshape(-1, self.rows.shape[1])
+        if isinstance(index, slice):
+            rows[...] = self.rows[index]
+        else:
+            np.take(self.rows, index, axis=0, out=rows)
+        return into

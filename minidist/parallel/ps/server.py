@@ -284,14 +284,9 @@ class Server:
         index = self.index_of[worker](keys)
         answer = self.framed.answer(self.shard.version, index)
         if answer is None:  # rows from elsewhere: gathered behind the version
-            count = self.layout.value_count(keys)
-            answer = self.c.scratch(8 + count * self.dtype.itemsize, np.uint8, "ps answer")
-            answer[:8].view(np.int64)[0] = self.shard.version
-            rows = answer[8:].view(self.dtype).reshape(-1, self.width)
-            if isinstance(index, slice):
-                rows[...] = self.shard.values[index]
-            else:
-                np.take(self.shard.values, index, axis=0, out=rows)
+            nbytes = 8 + self.layout.value_count(keys) * self.dtype.itemsize
+            answer = self.framed.gathered(self.shard.version, index,
+                                          self.c.scratch(nbytes, np.uint8, "ps answer"))
         # communication: the version, then the rows read
         self.c.send(answer, self.workers[worker], Tag.PS_REPLY)
 
