@@ -110,6 +110,25 @@ def test_bad_input_is_named(tmp_path):
         mlp_ddp.train(ONE, checkpoint_dir=str(tmp_path), checkpoint_every=0)
 
 
+def test_a_checkpoint_resumed_on_another_number_of_ranks_is_refused_on_every_rank(tmp_path):
+    def run(c, folder, write):
+        model, opt = trained(seed=0, steps=1)
+        if write:
+            save_checkpoint(folder, 1, model, opt, c)
+            return None
+        try:
+            load_checkpoint(folder, model, opt, c)
+        except ValueError as err:
+            return str(err)
+        return "loaded"
+
+    comm.launch(run, 2, args=(str(tmp_path), True), backend="local")
+    errors = comm.launch(run, 3, args=(str(tmp_path), False), backend="local")
+    assert all("written by a run on 2 ranks, this one has 3: resume on 2 ranks" in e
+               for e in errors), errors
+    assert comm.launch(run, 2, args=(str(tmp_path), False), backend="local") == ["loaded"] * 2
+
+
 @pytest.mark.timeout(120)
 def test_mlp_ddp_resumed_in_the_middle_of_an_epoch_ends_as_if_never_stopped(tmp_path, capsys):
     # 23 steps an epoch, 46 in all, the learning rate warming up all along; checkpoints

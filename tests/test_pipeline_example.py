@@ -45,7 +45,8 @@ def test_every_schedule_and_stage_count_trains_as_one_process(options):
 @pytest.mark.parametrize("options, message", [
     (["--ranks", "4"], "4 ranks for 3 layers (--hidden 32): each stage needs a layer"),
     (["--micro-batches", "31"], "--micro-batches 31: must be in 1..30"),
-    (["--epochs", "0"], "--epochs must be >= 1"),
+    (["--epochs", "0"], "argument --epochs: wants an integer >= 1, got '0'"),
+    (["--batch-size", "0"], "argument --batch-size: wants an integer >= 1, got '0'"),
 ])
 def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -275,6 +275,11 @@ def test_bad_options_fail_on_every_rank(options, message):
     assert LocalCluster(3).run(body) == [True] * 3
 
 
+def test_a_negative_learning_rate_is_refused_by_the_server_optimizer():
+    with pytest.raises(ValueError, match="lr and eps must be >= 0"):
+        ServerOptimizer("sgd", -1.0)
+
+
 @pytest.mark.parametrize("request_, message", [
     (lambda w: w.pull(np.array([0, LAYOUT.num_keys])), "outside every server's range"),
     (lambda w: w.push(LAYOUT.all_keys(), np.zeros(4)), "needs 18 gradient values"),

@@ -48,9 +48,10 @@ def test_optimizers_softsync_and_several_servers_train(options):
     (["--servers", "4"], "--servers 4 on 4 ranks: need 1 <= servers < ranks"),
     (["--softsync", "4"], "--softsync 4: n must be in 1..3"),
     (["--straggler", "0:2"], "--straggler rank 0: the workers are ranks 1..3"),
-    (["--consistency", "ssp", "--staleness", "-1"], "staleness bound must be an integer >= 0"),
-    (["--lr", "-1"], "lr and eps must be >= 0"),
-    (["--steps", "0"], "--steps and --eval-every must be >= 1"),
+    (["--consistency", "ssp", "--staleness", "-1"],
+     "argument --staleness: wants an integer >= 0, got '-1'"),
+    (["--lr", "-1"], "argument --lr: wants a finite number > 0, got '-1'"),
+    (["--steps", "0"], "argument --steps: wants an integer >= 1, got '0'"),
 ])
 def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
     with pytest.raises(SystemExit) as exit_:

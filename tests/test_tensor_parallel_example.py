@@ -43,9 +43,9 @@ def test_one_rank_is_the_whole_model(capsys):
 @pytest.mark.parametrize("options, message", [
     (["--ranks", "3"], "4 heads cannot be split over 3 tensor-parallel ranks"),
     (["--d", "18"], "--d 18 is not divisible by --heads 4"),
-    (["--steps", "0"], "--steps, --batch, --layers, --context, --d and --heads must be >= 1"),
-    (["--heads", "0"], "--steps, --batch, --layers, --context, --d and --heads must be >= 1"),
-    (["--ranks", "0"], "--ranks must be >= 1"),
+    (["--steps", "0"], "argument --steps: wants an integer >= 1, got '0'"),
+    (["--heads", "0"], "argument --heads: wants an integer >= 1, got '0'"),
+    (["--ranks", "0"], "argument --ranks: wants an integer >= 1, got '0'"),
 ])
 def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -19,6 +19,7 @@ import numpy as np
 
 from minidist import comm
 from minidist.comm.transport.communicator import Communicator
+from minidist.examples.options import integer
 
 
 def rank_vector(rank: int, n: int) -> np.ndarray:
@@ -70,10 +71,10 @@ def show(rows: list[dict], size: int, n: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--length", type=int, default=1001)
-    parser.add_argument("--local", type=int, help="run on this many in-process ranks")
+    parser.add_argument("-n", "--length", type=integer(0), default=1001)
+    parser.add_argument("--local", type=integer(1), help="run on this many in-process ranks")
     args = parser.parse_args(argv)
-    if args.local:
+    if args.local is not None:
         rows = comm.launch(tour, args.local, args=(args.length,), backend="local")[0]
         show(rows, args.local, args.length)
         return

@@ -39,6 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, world
+from minidist.examples.options import integer, number, output_file
 from minidist.models.mlp import accuracy, classification_loss
 from minidist.optim import SGD
 from minidist.parallel.ps.fedavg import (
@@ -146,26 +147,30 @@ def plot(runs: dict[str, FedRun], shards: list[np.ndarray], labels: np.ndarray, 
 
 def main(argv: list[str] | None = None) -> dict[str, FedRun] | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=None,
+    parser.add_argument("--clients", type=integer(1), default=None,
                         help="K (default 8 in-process; under MPI: the ranks less the servers)")
-    parser.add_argument("--servers", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--local-epochs", type=int, default=2, help="E")
-    parser.add_argument("--batch-size", type=int, default=10, help="B")
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--fraction", type=float, default=1.0,
+    parser.add_argument("--servers", type=integer(1), default=1)
+    parser.add_argument("--rounds", type=integer(1), default=20)
+    parser.add_argument("--local-epochs", type=integer(1), default=2, help="E")
+    parser.add_argument("--batch-size", type=integer(1), default=10, help="B")
+    parser.add_argument("--lr", type=number(above=0), default=0.1)
+    parser.add_argument("--fraction", type=number(above=0, most=1), default=1.0,
                         help="C: the fraction of clients drawn each round")
     parser.add_argument("--split", choices=SPLITS, default="noniid")
-    parser.add_argument("--alpha", type=float, default=0.5, help="Dirichlet's alpha")
-    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--alpha", type=number(above=0), default=0.5, help="Dirichlet's alpha")
+    parser.add_argument("--hidden", type=integer(1), default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", type=float, default=0.93,
+    parser.add_argument("--target", type=number(least=0, most=1), default=0.93,
                         help="report the rounds each run needs to reach this accuracy")
-    parser.add_argument("--plot", help="save the accuracy curves (and the shards) here")
+    parser.add_argument("--plot", type=output_file,
+                        help="save the accuracy curves (and the shards) here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     c = world()
     if c.size > 1:  # under MPI the ranks say how many clients there are
+        if args.servers >= c.size:
+            parser.error(f"--servers {args.servers} with {c.size} MPI ranks leaves no client: "
+                         f"start at least {args.servers + 1} ranks")
         if args.clients not in (None, c.size - args.servers):
             parser.error(f"--clients {args.clients} with {c.size} MPI ranks and "
                          f"{args.servers} server(s): start {args.clients + args.servers} ranks")

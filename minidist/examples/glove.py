@@ -62,7 +62,7 @@ from minidist.data.cooccur import Cooccurrence, count_cooccurrences
 from minidist.data.corpus import download_text8
 from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
-from minidist.examples.options import add_device_option, choose_device
+from minidist.examples.options import add_device_option, choose_device, integer, number, output_file
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
 # a GPU runs glove.c's loop as a kernel and mini-batches; the strict guard, mini-batches
@@ -159,22 +159,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=None,
                         help="a text file or folder, or 'text8' (default: synthetic)")
-    parser.add_argument("--min-count", type=int, default=5)
-    parser.add_argument("--window", type=int, default=10)
-    parser.add_argument("--dim", type=int, default=50)
-    parser.add_argument("--x-max", type=float, default=None,
+    parser.add_argument("--min-count", type=integer(1), default=5)
+    parser.add_argument("--window", type=integer(1), default=10)
+    parser.add_argument("--dim", type=integer(1), default=50)
+    parser.add_argument("--x-max", type=number(above=0), default=None,
                         help="f's cap (default: 10 on the synthetic corpus, 100 otherwise)")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=256,
+    parser.add_argument("--epochs", type=integer(1), default=10)
+    parser.add_argument("--batch-size", type=integer(1), default=256,
                         help="records per step of the mini-batch strategies")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
                         help="default: records (on the strict device: single)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=integer(1), default=None,
                         help="workers of 'records': threads (default 1), or on a GPU warps "
                              "(default: a quarter of the vocabulary)")
-    parser.add_argument("--ranks", type=int, default=2, help="processes of a parallel strategy")
-    parser.add_argument("--save", metavar="VECTORS.txt", help="write w + w~ in GloVe text format")
+    parser.add_argument("--ranks", type=integer(1), default=2,
+                        help="processes of a parallel strategy")
+    parser.add_argument("--save", type=output_file, metavar="VECTORS.txt",
+                        help="write w + w~ in GloVe text format")
     parser.add_argument("--eval-analogies", metavar="FILE", help="a Google-format analogy file")
     parser.add_argument("--eval-similarity", metavar="FILE", help="'word1 word2 score' lines")
     parser.add_argument("--no-progress", action="store_true")

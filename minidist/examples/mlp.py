@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from minidist import backend
 from minidist.data import DataLoader, load_digits, standardize
-from minidist.examples.options import add_device_option, choose_device
+from minidist.examples.options import add_device_option, choose_device, integer, number
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim import SGD, Adam, Optimizer
 
@@ -90,11 +90,11 @@ def train(epochs: int = 20, batch_size: int = 32, lr: float = 3e-3, hidden: int 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--epochs", type=integer(1), default=20)
+    parser.add_argument("--batch-size", type=integer(1), default=32)
+    parser.add_argument("--lr", type=number(above=0), default=None,
                         help="learning rate (default: 3e-3 for adam, 0.05 for sgd)")
-    parser.add_argument("--hidden", type=int, default=256, help="width of the hidden layer")
+    parser.add_argument("--hidden", type=integer(1), default=256, help="width of the hidden layer")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     parser.add_argument("--seed", type=int, default=0)
     add_device_option(parser)

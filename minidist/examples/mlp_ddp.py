@@ -56,9 +56,17 @@ from tqdm import tqdm
 
 from minidist import backend
 from minidist.comm import Communicator, allgather, allreduce, world
+from minidist.comm.collectives import ALGORITHMS
 from minidist.data import DataLoader, DistributedSampler, load_digits, standardize
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
-from minidist.examples.options import add_device_option, choose_device
+from minidist.examples.options import (
+    add_device_option,
+    check_global_batch,
+    choose_device,
+    integer,
+    number,
+    options_checked,
+)
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim.schedules import LRScheduler, linear_scaling
 from minidist.parallel.checkpoint import load_checkpoint, save_checkpoint
@@ -154,28 +162,31 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--global-batch", type=int, default=BASE_BATCH,
+    parser.add_argument("--epochs", type=integer(1), default=20)
+    parser.add_argument("--global-batch", type=integer(1), default=BASE_BATCH,
                         help="samples per step over all ranks (a multiple of P)")
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--lr", type=number(above=0), default=None,
                         help="base learning rate (default: 3e-3 for adam, 0.05 for sgd)")
     parser.add_argument("--scale-lr", action="store_true",
                         help=f"linear scaling: lr * global_batch / {BASE_BATCH}, with warm-up")
-    parser.add_argument("--warmup-epochs", type=float, default=2.0)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--warmup-epochs", type=number(least=0), default=2.0)
+    parser.add_argument("--hidden", type=integer(1), default=256)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    parser.add_argument("--bucket-mb", type=float, default=25)
-    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm")
+    parser.add_argument("--bucket-mb", type=number(least=0), default=25)
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
+                        help="allreduce algorithm")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", default=None,
                         help="save checkpoints here, and resume from the newest one")
-    parser.add_argument("--checkpoint-every", type=int, default=100, metavar="K",
+    parser.add_argument("--checkpoint-every", type=integer(1), default=100, metavar="K",
                         help="steps between checkpoints (and one at the end)")
     add_device_option(parser)
     args = parser.parse_args(argv)
     device = choose_device(parser, args.device)  # on every rank, before the model is built
     lr = args.lr if args.lr is not None else (3e-3 if args.optimizer == "adam" else 0.05)
     c = world()
+    with options_checked("mlp_ddp", c):
+        check_global_batch(args.global_batch, c.size)
     result = train(c, epochs=args.epochs, global_batch=args.global_batch, lr=lr,
                    scale_lr=args.scale_lr, warmup_epochs=args.warmup_epochs, hidden=args.hidden,
                    optimizer=args.optimizer, seed=args.seed, bucket_mb=args.bucket_mb,

@@ -44,7 +44,14 @@ from tqdm import tqdm
 from minidist import backend
 from minidist.comm import Communicator, allreduce, world
 from minidist.data import DataLoader, DistributedSampler, load_digits, standardize
-from minidist.examples.options import add_device_option, choose_device
+from minidist.examples.options import (
+    add_device_option,
+    check_global_batch,
+    choose_device,
+    integer,
+    number,
+    options_checked,
+)
 from minidist.models.mlp import accuracy
 from minidist.nn import Linear, Module
 from minidist.nn.functional import cross_entropy
@@ -126,17 +133,17 @@ def train(comm: Communicator | None = None, groups: int = 1, epochs: int = 10,
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--global-batch", type=int, default=64,
+    parser.add_argument("--epochs", type=integer(1), default=10)
+    parser.add_argument("--global-batch", type=integer(1), default=64,
                         help="images per step over all ranks (a multiple of P)")
-    parser.add_argument("--experts", type=int, default=4, help="a multiple of P")
-    parser.add_argument("--top-k", type=int, default=1)
-    parser.add_argument("--capacity-factor", type=float, default=1.25,
+    parser.add_argument("--experts", type=integer(1), default=4, help="a multiple of P")
+    parser.add_argument("--top-k", type=integer(1), default=1)
+    parser.add_argument("--capacity-factor", type=number(least=0), default=1.25,
                         help="0: no capacity, nothing dropped")
-    parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--expert-hidden", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--balance", type=float, default=0.1,
+    parser.add_argument("--width", type=integer(1), default=32)
+    parser.add_argument("--expert-hidden", type=integer(1), default=64)
+    parser.add_argument("--lr", type=number(above=0), default=3e-3)
+    parser.add_argument("--balance", type=number(least=0), default=0.1,
                         help="weight of the balancing loss (0: none)")
     parser.add_argument("--seed", type=int, default=0)
     add_device_option(parser)
@@ -147,6 +154,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    capacity_factor=args.capacity_factor or None, width=args.width,
                    expert_hidden=args.expert_hidden)
     c = world()
+    with options_checked("moe", c):
+        check_global_batch(args.global_batch, c.size)
+        if args.experts % c.size:
+            raise ValueError(f"--experts {args.experts} must be a multiple of the {c.size} "
+                             "ranks (each holds as many)")
+        if args.top_k > args.experts:
+            raise ValueError(f"--top-k {args.top_k} is more than the {args.experts} experts")
     result = train(c, **options)
     if c.rank == 0:
         alone = train(groups=c.size, progress=False, **options)

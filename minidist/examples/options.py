@@ -1,5 +1,6 @@
 """What the examples share on their command lines: how many ranks a run has, where the
-model computes (``--device``), and a bad option reported as one clear line on every rank.
+model computes (``--device``), the kinds of value an option takes, and a bad option
+reported as one clear line on every rank.
 
 Under ``mpirun`` the ranks are mpirun's ``-n``; alone, an example runs its
 ranks in process, ``--ranks`` of them. A wrong option must not leave some
@@ -13,14 +14,24 @@ cupy refuses: a check that the device path works, its speed meaningless).
 Every rank chooses the device before it builds its model; ranks under
 ``mpirun`` may share one GPU (each process has its own context). Asked for
 with no GPU, every rank fails alike: a usage error naming the problem.
+
+An option's own range is its argparse ``type`` (:func:`integer`,
+:func:`number`, :func:`output_file`): ``--batch-size 0``, a factor of
+``nan`` or a plot into a folder that cannot be made is a usage error
+naming the option, on every rank alike, before anything runs. What depends
+on the ranks (a batch that must divide among them) is checked next, inside
+:func:`options_checked`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from minidist import backend
 from minidist.comm import Communicator, LocalCommunicator
@@ -44,6 +55,57 @@ def choose_device(parser: argparse.ArgumentParser, device: str | None) -> str:
     return backend.get_device()
 
 
+def integer(least: int = 1) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number no smaller than ``least``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"wants an integer >= {least}, got {text!r}")
+        return value
+    return parse
+
+
+def number(least: float | None = None, above: float | None = None,
+           most: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number, ``>= least``, ``> above`` and ``<= most``
+    (each bound if given)."""
+    bounds = [f"{sign} {bound:g}" for sign, bound in ((">=", least), (">", above), ("<=", most))
+              if bound is not None]
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (least is not None and value < least) or \
+                (above is not None and value <= above) or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(
+                f"wants a finite number{' ' if bounds else ''}{' and '.join(bounds)}, "
+                f"got {text!r}")
+        return value
+    return parse
+
+
+def output_file(text: str) -> str:
+    """An argparse ``type``: a file the run writes when it ends (a plot, vectors), checked
+    before it starts: its folder is made if missing (as ``--checkpoint-dir`` is) and
+    must be writable, so a long run never ends on a path it cannot write."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file's name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot make the folder of {text!r}: "
+                                         f"{err.strerror}") from None
+    if not os.access(path.parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}")
+    return text
+
+
 def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
     """The run's ranks: ``c.size`` under mpirun (``--ranks``, if given, must agree), else
     ``requested`` in-process ranks (``default`` when not given)."""
@@ -52,10 +114,14 @@ def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
             raise ValueError(f"--ranks {requested} under mpirun, which started {c.size}: "
                              "the ranks are mpirun's -n")
         return c.size
-    ranks = default if requested is None else requested
-    if ranks < 1:
-        raise ValueError(f"--ranks must be >= 1, got {ranks}")
-    return ranks
+    return default if requested is None else requested  # --ranks: integer(1)
+
+
+def check_global_batch(global_batch: int, ranks: int) -> None:
+    """``--global-batch`` must divide evenly: each rank takes the same share of a step."""
+    if global_batch % ranks:
+        raise ValueError(f"--global-batch {global_batch} must be a multiple of the {ranks} "
+                         "ranks (each takes an equal share of a step)")
 
 
 @contextmanager

@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from minidist import backend
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, allreduce, gather, world
-from minidist.examples.options import choose_device, options_checked, run_ranks
+from minidist.examples.options import choose_device, integer, options_checked, run_ranks
 from minidist.examples.tensor_parallel import (
     add_model_args,
     check_model_args,
@@ -202,13 +202,13 @@ def check_args(args: argparse.Namespace, ranks: int) -> None:
 
 def parse_args(argv: list[str] | None, ranks: int) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dp", type=int, default=None,
+    parser.add_argument("--dp", type=integer(1), default=None,
                         help="data-parallel replicas (default: the ranks / (pp x tp))")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage")
-    parser.add_argument("--micro-batches", type=int, default=4, help="M per replica's share")
+    parser.add_argument("--pp", type=integer(1), default=1, help="pipeline stages")
+    parser.add_argument("--tp", type=integer(1), default=1, help="tensor-parallel ranks per stage")
+    parser.add_argument("--micro-batches", type=integer(1), default=4, help="M per replica's share")
     add_model_args(parser)
-    parser.add_argument("--ranks", type=int, default=None,
+    parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default: dp x pp x tp)")
     args = parser.parse_args(argv)
     args.device = choose_device(parser, args.device)  # on every rank, before the model

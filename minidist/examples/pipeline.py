@@ -60,7 +60,10 @@ from minidist.examples.mlp import OPTIMIZERS, make_optimizer
 from minidist.examples.options import (
     add_device_option,
     choose_device,
+    integer,
+    number,
     options_checked,
+    output_file,
     run_ranks,
 )
 from minidist.models.mlp import build_mlp
@@ -149,26 +152,25 @@ def check_args(args: argparse.Namespace, ranks: int, train_rows: int) -> None:
     if not 1 <= args.micro_batches <= smallest:
         raise ValueError(f"--micro-batches {args.micro_batches}: must be in 1..{smallest} (the "
                          f"smallest batch of {args.batch_size} has {smallest} rows)")
-    if args.epochs < 1:
-        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
-    parser.add_argument("--micro-batches", type=int, default=8, help="M per batch")
+    parser.add_argument("--micro-batches", type=integer(1), default=8, help="M per batch")
     parser.add_argument("--rematerialise", action="store_true",
                         help="keep only each stage's input; recompute the rest in backward")
-    parser.add_argument("--gantt", default=None, help="PNG of the last mini-batch's schedule")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--gantt", type=output_file, default=None,
+                        help="PNG of the last mini-batch's schedule")
+    parser.add_argument("--epochs", type=integer(1), default=20)
+    parser.add_argument("--batch-size", type=integer(1), default=32)
+    parser.add_argument("--lr", type=number(above=0), default=None,
                         help="learning rate (default: 3e-3 for adam, 0.05 for sgd)")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[256],
+    parser.add_argument("--hidden", type=integer(1), nargs="+", default=[256],
                         help="widths of the hidden layers")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ranks", type=int, default=None,
+    parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default 1)")
     add_device_option(parser)
     args = parser.parse_args(argv)

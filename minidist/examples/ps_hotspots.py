@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import LocalCluster
+from minidist.examples.options import integer, output_file
 from minidist.parallel.ps.hotspots import assemble, mf_layout, ratings, rmse, train_mf
 from minidist.parallel.ps.sparse_race import race
 
@@ -76,14 +77,14 @@ def plot(runs: dict[str, tuple[np.ndarray, float]], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--servers", type=integer(1), default=4)
+    parser.add_argument("--workers", type=integer(1), default=4)
+    parser.add_argument("--steps", type=integer(1), default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", help="save the load chart here (PNG)")
+    parser.add_argument("--plot", type=output_file, help="save the load chart here (PNG)")
     parser.add_argument("--race", action="store_true",
                         help="Hogwild against a parameter server instead")
-    parser.add_argument("--race-steps", type=int, default=200)
+    parser.add_argument("--race-steps", type=integer(1), default=200)
     args = parser.parse_args(argv)
     if args.race:
         untrained, results = race(workers=min(args.workers, 2), steps=args.race_steps,

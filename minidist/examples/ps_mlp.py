@@ -32,6 +32,7 @@ the requests the servers received (pushes and pulls; messages and bytes).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections import deque
@@ -40,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, Straggler, allreduce, world
-from minidist.examples.options import options_checked, run_ranks
+from minidist.examples.options import integer, number, options_checked, output_file, run_ranks
 from minidist.parallel.ps import ServerOptimizer, consistency
 from minidist.parallel.ps.training import train_mlp
 
@@ -79,8 +80,8 @@ def parse_straggler(text: str) -> tuple[int, float]:
         parsed = int(rank), float(factor)
     except ValueError:
         parsed = None
-    if not sep or parsed is None or parsed[1] < 1:
-        raise argparse.ArgumentTypeError(f"wants RANK:FACTOR with FACTOR >= 1 (e.g. 3:2), "
+    if not sep or parsed is None or not 1 <= parsed[1] < math.inf:  # NaN fails it too
+        raise argparse.ArgumentTypeError(f"wants RANK:FACTOR with a finite FACTOR >= 1 (e.g. 3:2), "
                                          f"got {text!r}")
     return parsed
 
@@ -88,7 +89,7 @@ def parse_straggler(text: str) -> tuple[int, float]:
 def ps_options(args: argparse.Namespace, ranks: int) -> dict:
     """The ``ParameterServer`` options the command line asks for on ``ranks`` ranks,
     checked here, before any message, so a mistake is the same error on every rank."""
-    if args.servers < 1 or args.servers >= ranks:
+    if args.servers >= ranks:
         raise ValueError(f"--servers {args.servers} on {ranks} ranks: need 1 <= servers < "
                          f"ranks, so that at least one rank is a worker")
     workers = ranks - args.servers
@@ -97,9 +98,6 @@ def ps_options(args: argparse.Namespace, ranks: int) -> dict:
     if args.straggler is not None and not args.servers <= args.straggler[0] < ranks:
         raise ValueError(f"--straggler rank {args.straggler[0]}: the workers are ranks "
                          f"{args.servers}..{ranks - 1}")
-    if args.steps < 1 or args.eval_every < 1:
-        raise ValueError(f"--steps and --eval-every must be >= 1, got {args.steps} and "
-                         f"{args.eval_every}")
     staleness = args.staleness if args.consistency == "ssp" else None
     lr = args.lr if args.lr is not None else LEARNING_RATES[args.optimizer]
     return dict(servers=args.servers, consistency=consistency(args.consistency, staleness),
@@ -178,28 +176,30 @@ def plot_curve(curve: list[tuple[float, int, float, float]], path: str, title: s
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=1, help="S: ranks 0..S-1 serve")
+    parser.add_argument("--servers", type=integer(1), default=1, help="S: ranks 0..S-1 serve")
     parser.add_argument("--consistency", choices=("bsp", "ssp", "asp"), default="ssp")
-    parser.add_argument("--staleness", type=int, default=3, help="s of SSP(s)")
-    parser.add_argument("--softsync", type=int, default=None,
+    parser.add_argument("--staleness", type=integer(0), default=3, help="s of SSP(s)")
+    parser.add_argument("--softsync", type=integer(1), default=None,
                         help="n of n-softsync: one update per floor(W/n) gradients")
     parser.add_argument("--staleness-aware", action="store_true",
                         help="each gradient's step scaled by 1/tau (Zhang et al. 2016)")
     parser.add_argument("--optimizer", choices=tuple(LEARNING_RATES), default="sgd")
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--lr", type=number(above=0), default=None,
                         help=f"learning rate (default: {LEARNING_RATES})")
     parser.add_argument("--straggler", type=parse_straggler, default=None,
                         metavar="RANK:FACTOR", help="this worker rank is FACTOR times slower")
-    parser.add_argument("--steps", type=int, default=200, help="clocks per worker")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--steps", type=integer(1), default=200, help="clocks per worker")
+    parser.add_argument("--batch-size", type=integer(1), default=32)
+    parser.add_argument("--hidden", type=integer(1), default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-every", type=int, default=10, help="worker 0 scores every k clocks")
-    parser.add_argument("--target", type=float, default=0.3, help="the test loss to time")
-    parser.add_argument("--plot", default=None, help="save worker 0's loss against time (PNG)")
-    parser.add_argument("--ranks", type=int, default=None,
+    parser.add_argument("--eval-every", type=integer(1), default=10,
+                        help="worker 0 scores every k clocks")
+    parser.add_argument("--target", type=number(above=0), default=0.3, help="the test loss to time")
+    parser.add_argument("--plot", type=output_file, default=None,
+                        help="save worker 0's loss against time (PNG)")
+    parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default 4)")
-    parser.add_argument("--compute", type=float, default=1e-3,
+    parser.add_argument("--compute", type=number(least=0), default=1e-3,
                         help="in-process: modelled seconds of one worker step")
     return parser.parse_args(argv)
 

@@ -26,6 +26,7 @@ import time
 
 from tqdm import tqdm
 
+from minidist.examples.options import integer, number, output_file
 from minidist.parallel.ps.simulator import (
     COMPUTE,
     DEFAULT_LR,
@@ -131,19 +132,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="comma-separated λ values (each dividing --global-batch)")
     parser.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS),
                         help=f"comma-separated, of {', '.join(METHODS)}")
-    parser.add_argument("--global-batch", type=int, default=128, help="B = μλ")
-    parser.add_argument("--epochs", type=float, default=4.0)
-    parser.add_argument("--lr", type=float, default=DEFAULT_LR, help="α0")
-    parser.add_argument("--sigma", type=float, default=0.25,
+    parser.add_argument("--global-batch", type=integer(1), default=128, help="B = μλ")
+    parser.add_argument("--epochs", type=number(above=0), default=4.0)
+    parser.add_argument("--lr", type=number(above=0), default=DEFAULT_LR, help="α0")
+    parser.add_argument("--sigma", type=number(least=0), default=0.25,
                         help="spread of the lognormal step times (0: constant)")
-    parser.add_argument("--softsync", type=int, default=None, help="n (default λ: c = 1)")
-    parser.add_argument("--workers", type=int, default=4, help="the races' workers")
-    parser.add_argument("--slowdown", type=float, default=2.0)
-    parser.add_argument("--staleness", type=int, default=3, help="s of SSP(s)")
+    parser.add_argument("--softsync", type=integer(1), default=None, help="n (default λ: c = 1)")
+    parser.add_argument("--workers", type=integer(1), default=4, help="the races' workers")
+    parser.add_argument("--slowdown", type=number(least=1), default=2.0)
+    parser.add_argument("--staleness", type=integer(0), default=3, help="s of SSP(s)")
     parser.add_argument("--targets", type=lambda s: [float(x) for x in s.split(",")],
                         default=[1.0, 0.7, 0.5, 0.3], help="test losses the races time")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default=None, help="save the figure here (PNG)")
+    parser.add_argument("--plot", type=output_file, default=None, help="save the figure here (PNG)")
     args = parser.parse_args(argv)
     for method in args.methods:
         if method not in METHODS:

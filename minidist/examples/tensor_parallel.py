@@ -53,6 +53,8 @@ from minidist.data.characters import CharacterText
 from minidist.examples.options import (
     add_device_option,
     choose_device,
+    integer,
+    number,
     options_checked,
     run_ranks,
 )
@@ -64,13 +66,13 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """The model, data and optimiser options (shared with ``examples.parallel_3d``)."""
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--d", type=int, default=32, help="model width")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2, help="transformer blocks")
-    parser.add_argument("--context", type=int, default=32, help="characters per window")
-    parser.add_argument("--batch", type=int, default=16, help="windows per step")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate")
+    parser.add_argument("--steps", type=integer(1), default=300)
+    parser.add_argument("--d", type=integer(1), default=32, help="model width")
+    parser.add_argument("--heads", type=integer(1), default=4)
+    parser.add_argument("--layers", type=integer(1), default=2, help="transformer blocks")
+    parser.add_argument("--context", type=integer(1), default=32, help="characters per window")
+    parser.add_argument("--batch", type=integer(1), default=16, help="windows per step")
+    parser.add_argument("--lr", type=number(above=0), default=3e-3, help="Adam's learning rate")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
     parser.add_argument("--seed", type=int, default=0)
     add_device_option(parser)
@@ -78,8 +80,6 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def check_model_args(args: argparse.Namespace, tp: int) -> None:
     """Refuse what the model cannot be, before any message."""
-    if min(args.steps, args.batch, args.layers, args.context, args.d, args.heads) < 1:
-        raise ValueError("--steps, --batch, --layers, --context, --d and --heads must be >= 1")
     if args.d % args.heads:
         raise ValueError(f"--d {args.d} is not divisible by --heads {args.heads}")
     if args.heads % tp:
@@ -163,7 +163,7 @@ def summary(result: dict[str, Any], ranks: int, args: argparse.Namespace) -> str
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)
-    parser.add_argument("--ranks", type=int, default=None,
+    parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default 1)")
     args = parser.parse_args(argv)
     args.device = choose_device(parser, args.device)  # on every rank, before the model

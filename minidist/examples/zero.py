@@ -39,7 +39,14 @@ from minidist.comm import Communicator, allreduce, world
 from minidist.data import DataLoader, DistributedSampler, load_digits, standardize
 from minidist.examples import mlp
 from minidist.examples.mlp import OPTIMIZERS, make_optimizer
-from minidist.examples.options import add_device_option, choose_device
+from minidist.examples.options import (
+    add_device_option,
+    check_global_batch,
+    choose_device,
+    integer,
+    number,
+    options_checked,
+)
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.zero import ShardedOptimizer, bytes_held, bytes_sent_per_step, values_held
@@ -140,12 +147,12 @@ def summary(c: Communicator, stage: int, optimizer: str, runs: dict[str, dict]) 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stage", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--global-batch", type=int, default=32,
+    parser.add_argument("--epochs", type=integer(1), default=20)
+    parser.add_argument("--global-batch", type=integer(1), default=32,
                         help="samples per step over all ranks (a multiple of P)")
-    parser.add_argument("--lr", type=float, default=None,
+    parser.add_argument("--lr", type=number(above=0), default=None,
                         help="learning rate (default: 3e-3 for adam, 0.05 for sgd)")
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=integer(1), default=256)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-compare", action="store_true",
@@ -155,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     choose_device(parser, args.device)  # on every rank, before the models are built
     lr = args.lr if args.lr is not None else (3e-3 if args.optimizer == "adam" else 0.05)
     c = world()
+    with options_checked("zero", c):
+        check_global_batch(args.global_batch, c.size)
     options = dict(epochs=args.epochs, global_batch=args.global_batch, lr=lr,
                    hidden=args.hidden, optimizer=args.optimizer, seed=args.seed)
     runs = {NAMES[args.stage]: train(c, args.stage, **options)}

@@ -19,7 +19,10 @@ A checkpoint holds what the rest of the run depends on:
    (``minidist.data.distributed``), so ``divmod(step, len(loader))`` is the
    epoch to run and the number of its batches to skip;
 4. the state of a random generator the run draws from (``rng=``), if any;
-5. ``extra``: whatever else the loop wants back (the losses so far), as JSON.
+5. ``extra``: whatever else the loop wants back (the losses so far), as JSON;
+6. the number of ranks: which samples each rank takes depends on it, so a
+   run resumes on as many ranks as wrote the checkpoint (else a clear
+   error on every rank).
 
 **Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
 identical, so rank 0's copy is the checkpoint. On resume rank 0 chooses the
@@ -86,7 +89,7 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     if comm.rank != 0:
         return None
     arrays: dict[str, np.ndarray] = {}
-    meta = {"step": int(step), "extra": extra or {},
+    meta = {"step": int(step), "ranks": comm.size, "extra": extra or {},
             "model": _split(model.state_dict(), "model", arrays),
             "optim": _split(optimizer.state_dict(), "optim", arrays),
             "rng": rng.bit_generator.state if rng is not None else None}
@@ -121,6 +124,10 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
     path = checkpoint_path(folder, step)
     with np.load(path) as saved:
         meta = json.loads(saved["meta"].item())
+        if meta.get("ranks", comm.size) != comm.size:  # the same on every rank: no hang
+            raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
+                             f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
+                             "afresh in another folder")
         model.load_state_dict(_join(meta["model"], saved))
         optimizer.load_state_dict(_join(meta["optim"], saved))
     if meta["rng"] is not None:

@@ -1,0 +1,88 @@
+"""The examples' command lines refuse a bad value at once, naming the option: the
+argparse types of ``examples/options.py`` (a range, a finite number, a file that can be
+written), and the checks that depend on the ranks, one line per rank under mpiexec."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+from mpi_example import run_under_mpiexec
+
+from minidist.examples.options import integer, number, output_file
+
+
+def test_integer_takes_whole_numbers_from_its_least():
+    assert integer(0)("0") == 0 and integer(1)("7") == 7
+    for text in ("0", "-3", "2.5", "two", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="wants an integer >= 1"):
+            integer(1)(text)
+
+
+def test_number_takes_finite_numbers_within_its_bounds():
+    assert number(above=0)("1e-3") == 1e-3 and number(least=0, most=1)("1") == 1.0
+    for parse, text in ((number(above=0), "0"), (number(least=1), "0.5"),
+                        (number(most=1), "1.5"), (number(), "nan"), (number(), "inf"),
+                        (number(), "x")):
+        with pytest.raises(argparse.ArgumentTypeError, match="wants a finite number"):
+            parse(text)
+
+
+def test_output_file_makes_its_folder_and_refuses_a_folder_or_an_unwritable_place(tmp_path):
+    target = tmp_path / "new" / "deeper" / "plot.png"
+    assert output_file(str(target)) == str(target) and target.parent.is_dir()
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder"):
+        output_file(str(tmp_path))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot make the folder"):
+        output_file(str(blocker / "plot.png"))
+
+
+@pytest.mark.parametrize("example, options, message", [
+    ("pipeline", ["--batch-size", "0"], "argument --batch-size: wants an integer >= 1, got '0'"),
+    ("parallel_3d", ["--pp", "0"], "argument --pp: wants an integer >= 1, got '0'"),
+    ("ps_mlp", ["--batch-size", "0"], "argument --batch-size: wants an integer >= 1"),
+    ("ps_mlp", ["--straggler", "3:nan"], "wants RANK:FACTOR with a finite FACTOR >= 1"),
+    ("ps_mlp", ["--straggler", "3:inf"], "wants RANK:FACTOR with a finite FACTOR >= 1"),
+    ("fedavg", ["--clients", "0"], "argument --clients: wants an integer >= 1, got '0'"),
+    ("fedavg", ["--fraction", "0"], "argument --fraction: wants a finite number > 0 and <= 1"),
+    ("allreduce_tour", ["--local", "0"], "argument --local: wants an integer >= 1, got '0'"),
+    ("ps_hotspots", ["--workers", "0"], "argument --workers: wants an integer >= 1"),
+    ("glove", ["--threads", "0"], "argument --threads: wants an integer >= 1"),
+    ("mlp_ddp", ["--bucket-mb", "-1"], "argument --bucket-mb: wants a finite number >= 0"),
+    ("mlp_ddp", ["--algorithm", "bogus"], "argument --algorithm: invalid choice: 'bogus'"),
+    ("moe", ["--top-k", "0"], "argument --top-k: wants an integer >= 1, got '0'"),
+    ("zero", ["--lr", "-1"], "argument --lr: wants a finite number > 0, got '-1'"),
+])
+def test_a_bad_value_is_a_usage_error_naming_its_option(example, options, message, capsys):
+    main = importlib.import_module(f"minidist.examples.{example}").main
+    with pytest.raises(SystemExit) as exit_:
+        main(options)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_plot_into_a_missing_folder_is_made_before_the_run(tmp_path):
+    from minidist.examples import ps_hotspots
+
+    plot = tmp_path / "charts" / "load.png"
+    ps_hotspots.main(["--servers", "2", "--workers", "2", "--steps", "2", "--plot", str(plot)])
+    assert plot.stat().st_size > 0
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("example, options, message", [
+    ("mlp_ddp", ["--epochs", "1"], "--global-batch 32 must be a multiple of the 3 ranks"),
+    ("moe", ["--experts", "6", "--global-batch", "64"],
+     "--global-batch 64 must be a multiple of the 3 ranks"),
+    ("moe", ["--experts", "4", "--global-batch", "66"], "--experts 4 must be a multiple of the 3"),
+])
+def test_what_depends_on_the_ranks_is_one_line_on_every_rank(example, options, message):
+    job = run_under_mpiexec(3, f"minidist.examples.{example}", options)
+    assert job.returncode == 2, job.stdout + job.stderr
+    for rank in range(3):
+        assert f"{example} (rank {rank}): {message}" in job.stderr, job.stderr
+    assert "Traceback" not in job.stderr, job.stderr
