@@ -42,6 +42,7 @@ def alltoallv_rows(sender: int, p: int, dtype: type) -> np.ndarray:
 def all_checks(c) -> dict:
     """Run every algorithm and collective; return results, traffic and errors."""
     from minidist import comm
+    from minidist.comm.tags import Tag
 
     seen: dict = {"type": type(c).__name__, "allreduce": [], "bytes": {}}
     for algorithm in comm.ALGORITHMS:
@@ -70,6 +71,25 @@ def all_checks(c) -> dict:
         seen["mismatch"] = "no error"
     except ValueError as err:
         seen["mismatch"] = str(err)
+    for name, call in (  # two different collectives, an algorithm's typo: errors, not hangs
+            ("two collectives", lambda: comm.broadcast(np.ones(4), c) if c.rank == 0
+             else comm.allreduce(np.ones(4), c)),
+            ("typo", lambda: comm.allreduce(np.ones(4), c, algorithm="rign"
+                                            if c.rank == c.size - 1 else "ring"))):
+        try:
+            call()
+            seen[name] = "no error"
+        except ValueError as err:
+            seen[name] = str(err)
+    if c.size > 1:  # a user's receive on the check's tag never takes a check's packet
+        box = np.zeros(1)
+        pending = c.irecv(box, 1, tag=Tag.AGREEMENT) if c.rank == 0 else None
+        seen["tag"] = comm.broadcast(np.full(2, float(c.rank)), c, root=1)
+        if c.rank == 1:
+            c.send(np.array([42.0]), 0, tag=Tag.AGREEMENT)
+        if pending is not None:
+            pending.wait()
+            seen["tag"] = (seen["tag"], box)
     return seen
 
 
@@ -114,6 +134,11 @@ def test_everything_under_mpi(p: int) -> None:
         assert np.array_equal(swapped, np.stack([d * 10 + rank for d in data]))
         if p > 1:
             assert "disagree on length" in seen["mismatch"]
+            assert "disagree on collective" in seen["two collectives"]
+            assert "disagree on algorithm" in seen["typo"]
+            if rank == 0:
+                broadcast_result, box = seen["tag"]
+                assert box.tolist() == [42.0] and broadcast_result.tolist() == [1.0, 1.0]
         for dtype, (received, counts) in zip(DTYPES, seen["alltoallv"], strict=True):
             blocks = [np.split(alltoallv_rows(s, p, dtype),
                                np.cumsum(alltoallv_counts(s, p))[:-1])[rank] for s in range(p)]

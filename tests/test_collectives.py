@@ -12,6 +12,7 @@ from minidist.comm import (
     LocalCluster,
     NetworkModel,
     allgather,
+    allreduce,
     alltoall,
     alltoallv,
     barrier,
@@ -164,7 +165,7 @@ def test_traffic_is_the_cost_in_the_docstrings(p: int) -> None:
         assert sent is None or got_sent == sent, name
         assert received is None or got_received == received, name
         assert sum(got_sent) == sum(got_received) and got_rounds == rounds, name
-    assert traffic(p, barrier) == ([0] * p, [0] * p, log)
+    assert traffic(p, lambda c: barrier(c, check=False)) == ([0] * p, [0] * p, log)
 
 
 def _messages(p: int, call) -> list[str]:
@@ -200,12 +201,67 @@ def test_mismatches_raise_on_every_rank(p: int) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("p", [2, 3])
+def test_two_different_collectives_called_at_once_raise_on_every_rank(p: int) -> None:
+    """Every collective's check runs on ``c.private()``, so any two meet (allreduce's
+    once ran there alone, and the barrier had none: a mismatch hung under MPI)."""
+    first = {"broadcast": lambda c: broadcast(np.ones(4), c),
+             "allreduce": lambda c: allreduce(np.ones(4), c),
+             "barrier": barrier}
+    second = {"allreduce": lambda c: allreduce(np.ones(4), c, algorithm="tree"),
+              "reduce": lambda c: reduce(np.ones(4), c),
+              "allgather": lambda c: allgather(np.ones(4), c)}
+    for a, call_a in first.items():
+        for b, call_b in second.items():
+            if a != b:
+                messages = _messages(p, lambda c, x=call_a, y=call_b: x(c) if c.rank else y(c))
+                assert all("ranks disagree on collective" in m for m in messages), \
+                    (a, b, messages)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("p", [2, 3])
+def test_an_allreduce_mistake_on_one_rank_is_an_error_on_every_rank(p: int) -> None:
+    """An unknown algorithm or an unfit ``out=`` on one rank is agreed on before anything
+    moves; the rank at fault also says what it got wrong."""
+    last = p - 1
+    calls = {
+        "algorithm": lambda c: allreduce(np.ones(4), c, algorithm="rign" if c.rank == last
+                                         else "ring"),
+        "valid_out": lambda c: allreduce(np.ones(4), c, out=np.empty(3) if c.rank == last
+                                         else None),
+        "valid_out ": lambda c: allreduce(np.ones(4), c, "sum", "tree",
+                                          out=np.empty(4, np.float32) if c.rank == last
+                                          else None),
+    }
+    for what, call in calls.items():
+        messages = _messages(p, call)
+        assert all(f"ranks disagree on {what.strip()}" in m for m in messages), (what, messages)
+        assert "here: out must be C-contiguous float64 of shape (4,)" in messages[last] or \
+            what == "algorithm", messages
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("root", [1.5, np.float64(1.0), "1"])
+def test_a_root_that_is_no_integer_is_refused_on_every_rank(root) -> None:
+    for call in (lambda c: broadcast(np.ones(2), c, root=root),
+                 lambda c: broadcast(np.ones(2), c, root=root, algorithm="linear"),
+                 lambda c: gather(np.ones(2), c, root=root)):
+        messages = _messages(3, call)
+        assert all(f"root {root!r} is not a rank" in m for m in messages), messages
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("check", [True, False])
 def test_bad_calls_raise_the_same_error_on_every_rank(check: bool) -> None:
     p = 3
     calls = {
         "root 3 is not a rank": lambda c: gather(np.ones(2), c, root=3, check=check),
         "unknown algorithm 'ring'": lambda c: broadcast(np.ones(2), c, 0, "ring", check=check),
+        "unknown algorithm 'rign'": lambda c: allreduce(np.ones(2), c, algorithm="rign",
+                                                        check=check),
+        "out must be C-contiguous": lambda c: allreduce(np.ones(2), c, out=np.empty(3),
+                                                        check=check),
         "dtype complex128 is not supported": lambda c: allgather(np.ones(2, complex), c,
                                                                  check=check),
         "op 'mean' is not supported": lambda c: reduce(np.ones(2), c, 0, "mean", check=check),

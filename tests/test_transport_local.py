@@ -165,6 +165,21 @@ def test_bad_arguments_are_named():
         run(lambda c: c.send(np.zeros(1), 3), 2)
     with pytest.raises(RankError, match="C-contiguous"):
         run(lambda c: c.send(np.zeros((4, 4))[:, 0], (c.rank + 1) % 2), 2)
+    # a peer that is no integer, though within 0..P-1 (it once crashed the transport's
+    # thread, and the run returned None for the rank that called it)
+    with pytest.raises(RankError, match=r"recv with rank 0.5, but the communicator has ranks"):
+        run(lambda c: c.recv(np.zeros(1), 0.5) if c.rank else c.send(np.ones(1), 1), 2)
+
+
+def test_a_failure_of_the_transport_itself_is_raised_not_returned(monkeypatch):
+    from minidist.comm.transport.fabric import Fabric
+
+    def broken(self):
+        raise KeyError("a bookkeeping bug")
+
+    monkeypatch.setattr(Fabric, "settle", broken)  # called once every rank waits
+    with pytest.raises(RuntimeError, match="(?s)in-process transport failed .*a bookkeeping bug"):
+        run(lambda c: c.recv(np.zeros(1), 1 - c.rank), 2)
 
 
 @settings(max_examples=15, deadline=None)

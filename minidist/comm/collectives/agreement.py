@@ -113,15 +113,15 @@ def check_same_everywhere(c: Communicator, what: str, dtype: np.dtype, op: str |
 
 
 def checked_small_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str,
-                            length: int, algorithm: int) -> None:
+                            **fields: int) -> None:
     """The check and a recursive-doubling allreduce of ``src`` (<= SMALL_BYTES) in one.
 
     Each round reduces both parts of the packets (``max`` for the header,
     ``op`` for the data); the data is trusted only once the header says all
-    ranks agree on the fields ``length`` and ``algorithm`` (and dtype, op).
+    ranks agree on ``fields`` (the allreduce's, in the order it checks them
+    when the data does not ride) and on dtype and op.
     """
-    _exchange(c, "allreduce", src.dtype, op, ("length", "algorithm"), (length, algorithm),
-              src, out)
+    _exchange(c, "allreduce", src.dtype, op, tuple(fields), tuple(fields.values()), src, out)
 
 
 class Packets:

@@ -32,8 +32,9 @@ What a library needs around them lives here and beneath, each in one place:
 1. the result buffer: :func:`allreduce` copies ``arr`` into ``out`` (or a
    new array) once, and the algorithm reduces that in place;
 2. the agreement check (``agreement.py``): every rank first checks that all
-   agree on length, dtype, op and algorithm, so a mismatch raises the same
-   error on every rank instead of hanging; a short allreduce by one of the
+   agree on length, dtype, op and algorithm, and that every ``out=`` fits, so
+   a mismatch or a mistake on one rank raises the same error on every rank
+   instead of hanging; a short allreduce by one of the
    latency algorithms (recursive doubling, tree, double tree) rides inside
    the check's packets (the small-message path);
 3. a private context: the algorithms run on ``c.private()``, a duplicate of
@@ -115,22 +116,31 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     """
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allreduce, arr, c, op, algorithm, out=out, check=check)
-    run = ALGORITHMS.get(algorithm)
-    if run is None:
-        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
-                         f"use one of {list(ALGORITHMS)}")
     if not isinstance(arr, np.ndarray):
         arr = np.asarray(arr)
-    result = _result_buffer(arr, out)
+    # an unknown algorithm (code 0) or an unfit out= is agreed on first, so that a
+    # mistake on one rank is an error on every rank, not a hang on the others
+    fields = dict(length=arr.size, algorithm=_ALGORITHM_CODES.get(algorithm, 0),
+                  valid_out=int(not (problem := _out_problem(arr, out))))
     private = c.private()
-    if check and rides_with_check(algorithm, c.size, arr.nbytes):
+    if check and not problem and rides_with_check(algorithm, c.size, arr.nbytes):
         # the small-message path: the data rides in the check's packets (see agreement.py)
+        result = _result_buffer(arr, out)
         flat = (arr, result) if arr.ndim == 1 else (arr.reshape(-1), result.reshape(-1))
-        checked_small_allreduce(*flat, private, op,
-                                length=arr.size, algorithm=_ALGORITHM_CODES[algorithm])
+        checked_small_allreduce(*flat, private, op, **fields)
         return result
-    check_same_everywhere(private, "allreduce", arr.dtype, op, check, length=arr.size,
-                          algorithm=_ALGORITHM_CODES[algorithm])
+    try:
+        check_same_everywhere(private, "allreduce", arr.dtype, op, check, **fields)
+    except ValueError as err:  # the ranks disagree: the one at fault also says why
+        if problem:
+            raise ValueError(f"{err}; here: {problem}") from None
+        raise
+    if not fields["algorithm"]:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
+                         f"use one of {list(ALGORITHMS)}")
+    if problem:
+        raise ValueError(f"allreduce: {problem}")
+    run, result = ALGORITHMS[algorithm], _result_buffer(arr, out)
     if result is not arr:
         result[...] = arr  # the one copy: from here on the algorithm works in place
     if arr.size and c.size > 1:
@@ -142,17 +152,25 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     return result
 
 
-def _result_buffer(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """``out`` after checking it (a new array of ``arr``'s shape and dtype when None)."""
-    if out is None:  # a long one starts a page (util/pages.py), as the kept scratch does
-        if arr.nbytes < SCRATCH_KEPT_FROM:
-            return np.empty(arr.shape, arr.dtype)
-        return page_aligned_empty(arr.shape, arr.dtype)
+def _out_problem(arr: np.ndarray, out: np.ndarray | None) -> str:
+    """What is wrong with ``out`` as the result buffer of ``arr`` ("" if nothing)."""
+    if out is None:
+        return ""
     if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype \
             or not out.flags.c_contiguous:
-        raise ValueError(f"allreduce: out must be C-contiguous {arr.dtype} of shape {arr.shape}")
+        return f"out must be C-contiguous {arr.dtype} of shape {arr.shape}"
     # two arrays that own their memory cannot overlap (np.may_share_memory is not free)
     if out is not arr and (out.base is not None or arr.base is not None) \
             and np.may_share_memory(out, arr):
-        raise ValueError("allreduce: out overlaps arr; pass out=arr to reduce in place")
-    return out
+        return "out overlaps arr; pass out=arr to reduce in place"
+    return ""
+
+
+def _result_buffer(arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``out`` (checked by :func:`_out_problem`), or a new array of ``arr``'s shape and
+    dtype when None: a long one starts a page (util/pages.py), as the kept scratch does."""
+    if out is not None:
+        return out
+    if arr.nbytes < SCRATCH_KEPT_FROM:
+        return np.empty(arr.shape, arr.dtype)
+    return page_aligned_empty(arr.shape, arr.dtype)

@@ -5,9 +5,12 @@ Each runs a lesson of ``basic.py`` (Lab 2's answers and the schedules
 written the same way), adding beneath it what a library needs, each
 explained where it lives:
 
-1. the agreement check (``agreement.py``): the ranks first agree on length,
-   dtype, op, root and schedule, so a mismatch raises the same error on
-   every rank instead of hanging (``check=False`` skips it);
+1. the agreement check (``agreement.py``): the ranks first agree on the
+   collective, length, dtype, op, root and schedule, so a mismatch (two
+   different collectives called at once included) raises the same error on
+   every rank instead of hanging (``check=False`` skips it); it runs on
+   ``c.private()``, as the allreduce's does, so every collective's check
+   meets every other's and none meets the user's messages;
 2. a communicator of their own, ``c.private()`` (``MPI_Comm_dup``): the
    lesson's tag-0 messages never meet the user's;
 3. ``c.combine`` (in-place reduction) and ``c.scratch`` (kept buffers), in
@@ -51,13 +54,14 @@ def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
     agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
     ``fields``. Any mismatch or bad value raises the same error on every rank."""
     arr = np.require(arr, requirements="C")
-    if root is not None:
-        fields["root"] = root
+    if root is not None:  # a root that is no integer travels as -1: no rank's number
+        fields["root"] = root if isinstance(root, int | np.integer) else -1
     if rows:
         fields["leading"] = arr.shape[0] if arr.ndim else -1
-    check_same_everywhere(c, what, arr.dtype, op, check, length=arr.size, **fields)
-    if root is not None and not 0 <= root < c.size:
-        raise ValueError(f"{what}: root {root} is not a rank of a communicator of size {c.size}")
+    check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size, **fields)
+    if root is not None and not 0 <= fields["root"] < c.size:
+        raise ValueError(f"{what}: root {root!r} is not a rank of a communicator of size "
+                         f"{c.size}")
     if rows and fields["leading"] != c.size:
         raise ValueError(f"{what}: the array needs a first axis of length P = {c.size}, "
                          f"got shape {arr.shape}")
@@ -165,7 +169,7 @@ def alltoallv(arr: np.ndarray, counts, c: Communicator,
     problem = _counts_problem(arr, counts, c.size)
     row = arr.shape[1:]
     try:
-        check_same_everywhere(c, "alltoallv", arr.dtype, None, check, ndim=arr.ndim,
+        check_same_everywhere(c.private(), "alltoallv", arr.dtype, None, check, ndim=arr.ndim,
                               row_items=int(np.prod(row)), row_shape=zlib.crc32(repr(row).encode()),
                               valid_counts=int(not problem))
     except ValueError as err:
@@ -190,6 +194,10 @@ def _counts_problem(arr: np.ndarray, counts: np.ndarray, p: int) -> str:
     return ""
 
 
-def barrier(c: Communicator) -> None:
-    """Return only when every rank has called it (:func:`barrier_dissemination`)."""
-    barrier_dissemination(c.private())
+def barrier(c: Communicator, *, check: bool = True) -> None:
+    """Return only when every rank has called it (:func:`barrier_dissemination`), after
+    the agreement check (a rank in another collective is an error on every rank)."""
+    private = c.private()
+    # a barrier moves no data: float64 stands in for the dtype every collective names
+    check_same_everywhere(private, "barrier", np.dtype(np.float64), None, check)
+    barrier_dissemination(private)

@@ -103,10 +103,20 @@ class LocalCluster:
                 errors[comm.rank] = (next(order), err, traceback.format_exc())
                 fabric.end(comm.rank, f"failed with {type(err).__name__}")
 
-        runner = threading.Thread(target=run_ranks, name="minidist-ranks", daemon=True,
-                                  args=(fabric, [functools.partial(body, c) for c in comms]))
+        crashed: list[str] = []  # the transport's own failure, outside every rank's body
+
+        def hub() -> None:
+            try:
+                run_ranks(fabric, [functools.partial(body, c) for c in comms])
+            except BaseException:  # raised to the caller below: never a silent None
+                crashed.append(traceback.format_exc())
+
+        runner = threading.Thread(target=hub, name="minidist-ranks", daemon=True)
         runner.start()
         _join(runner, timeout, fabric, fn)
+        if crashed:
+            raise RuntimeError(f"the in-process transport failed while running "
+                               f"{getattr(fn, '__name__', fn)!s}:\n{crashed[0]}")
         if errors:
             rank, (_, err, text) = min(errors.items(), key=_cause_first)
             raise RankError(rank, f"{type(err).__name__}: {err}", text) from err

@@ -25,10 +25,10 @@ SCRATCH_KEPT_FROM = 1 << 16  # bytes: scratch() keeps buffers from this size up
 def check_point_to_point(rank: int, size: int, kind: str, peer: int, tag: int,
                          buf: object) -> None:
     """What a transport refuses of a send or receive, in the same words on every
-    transport that checks in Python: a peer outside ``0..size-1``, a negative tag, a
-    buffer that is not a C-contiguous numpy array."""
-    if not 0 <= peer < size:
-        raise ValueError(f"rank {rank}: {kind} with rank {peer}, "
+    transport that checks in Python: a peer that is not an integer in ``0..size-1``, a
+    negative tag, a buffer that is not a C-contiguous numpy array."""
+    if type(peer) is not int and not isinstance(peer, np.integer) or not 0 <= peer < size:
+        raise ValueError(f"rank {rank}: {kind} with rank {peer!r}, "
                          f"but the communicator has ranks 0..{size - 1}")
     if tag < 0:
         raise ValueError(f"rank {rank}: {kind} tag must be >= 0, got {tag}")
