@@ -224,6 +224,30 @@ def test_float32_stays_float32():
     assert x.grad.dtype == np.float32
 
 
+def test_a_leafs_gradient_has_the_leafs_dtype():
+    x = md.Tensor(np.ones(3, np.float32), requires_grad=True)
+    x.backward(np.ones(3))  # a float64 seed
+    assert x.grad.dtype == np.float32
+    y = md.Tensor(np.ones(3), requires_grad=True)
+    y.backward(np.ones(3, np.int64))
+    (y * 2).sum().backward()  # adds float64 into it
+    np.testing.assert_array_equal(y.grad, [3.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_an_axis_given_as_a_numpy_integer_reduces_as_an_int(reduce):
+    x = md.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    getattr(x, reduce)(axis=np.int64(1)).sum().backward()
+    expected = md.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    getattr(expected, reduce)(axis=1).sum().backward()
+    np.testing.assert_array_equal(x.grad, expected.grad)
+
+
+def test_gradcheck_nudges_an_input_that_is_not_in_c_order():
+    x = md.Tensor(np.random.default_rng(0).standard_normal((3, 4)).T, requires_grad=True)
+    assert gradcheck(lambda t: (t * t).sum(), x)
+
+
 def test_gradcheck_reports_a_wrong_backward():
     class WrongSquare(md.Function):
         @staticmethod

@@ -22,7 +22,8 @@ def gradcheck(fn: Callable[..., Tensor], *inputs: Tensor, eps: float = 1e-6,
     """True when ``fn``'s backward matches central differences; AssertionError naming
     the input and element otherwise. Inputs are copied to float64 first."""
     inputs64 = [
-        Tensor(x.numpy().astype(np.float64), requires_grad=x.requires_grad)
+        # C order: the nudges below go through a flat view of each input
+        Tensor(x.numpy().astype(np.float64, order="C"), requires_grad=x.requires_grad)
         if isinstance(x, Tensor) else x
         for x in inputs
     ]

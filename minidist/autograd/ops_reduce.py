@@ -6,6 +6,8 @@ A reduction removes axes; its backward puts them back (as size-1 axes when
 
 from __future__ import annotations
 
+from numbers import Integral
+
 from minidist.autograd.function import Context, Function
 from minidist.backend import xp_of
 from minidist.util.answers import lab_answer
@@ -15,7 +17,7 @@ def _axes(axis, ndim: int) -> tuple[int, ...]:
     """The reduced axes as a tuple of non-negative ints (None means all)."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if isinstance(axis, Integral) else tuple(axis)  # numpy's ints too
     return tuple(a % ndim for a in axes) if ndim else ()
 
 
