@@ -107,6 +107,17 @@ def test_equals_brute_force_on_random_texts(seed):
     assert np.all(np.diff(keys) > 0), "entries must come sorted by (row, col), no duplicates"
 
 
+@pytest.mark.parametrize("tokens", [1, 2, 3, 5])
+@pytest.mark.parametrize("window", [2, 4, 7, 10, 11])
+def test_a_window_longer_than_the_text(tokens, window):
+    """A chunk with fewer words than the window (a small corpus and glove's default window
+    10) once crashed when the window was between one and two chunk lengths."""
+    lines = [[f"w{t}" for t in range(tokens)], ["w0"]]
+    vocab = build_vocab(lines, min_count=1)
+    assert_matches(count_cooccurrences(lines, vocab, window=window),
+                   brute_force(lines, vocab, window))
+
+
 def test_chunks_and_pieces_do_not_change_the_counts(tmp_path):
     """One long line (text8 is one line) read from a file, counted chunk by chunk."""
     rng = random.Random(7)

@@ -174,8 +174,9 @@ def count_window_pairs(ids: np.ndarray, docs: np.ndarray, first_new: int, window
     Cost: O(n·W log(n·W)) for n tokens and window W.
     """
     distance_bits = window.bit_length()
-    parts = []
-    for k in range(1, window + 1):  # the pairs at distance k: ids[t] and ids[t + k]
+    parts = [np.empty(0, ids.dtype)]  # a chunk of one token has no pair
+    # the pairs at distance k: ids[t] and ids[t + k], for every k the chunk is long enough for
+    for k in range(1, min(window, len(ids) - 1) + 1):
         start = max(first_new - k, 0)
         left, right = ids[start:len(ids) - k], ids[start + k:]
         same_doc = docs[start:len(ids) - k] == docs[start + k:]
