@@ -64,6 +64,17 @@ def test_a_bad_value_is_a_usage_error_naming_its_option(example, options, messag
     assert message in capsys.readouterr().err
 
 
+def test_glove_with_a_min_count_no_word_reaches_is_a_usage_error(tmp_path, capsys):
+    from minidist.examples import glove
+
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("the cat sat on the mat\nthe dog sat on the rug\n")
+    with pytest.raises(SystemExit) as exit_:
+        glove.main(["--corpus", str(corpus), "--min-count", "100", "--no-progress"])
+    assert exit_.value.code == 2
+    assert "--min-count 100: no word of the corpus occurs that often" in capsys.readouterr().err
+
+
 def test_a_plot_into_a_missing_folder_is_made_before_the_run(tmp_path):
     from minidist.examples import ps_hotspots
 

@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         similarity = Path(args.eval_similarity) if args.eval_similarity else similarity
         start = time.perf_counter()
         vocab = build_vocab(source, min_count=args.min_count)
+        if not len(vocab):
+            parser.error(f"--min-count {args.min_count}: no word of the corpus occurs that "
+                         "often; lower it")
         counts = count_cooccurrences(source, vocab, window=args.window)
         print(f"{len(vocab):,} words, {counts.nnz:,} non-zero co-occurrences "
               f"({time.perf_counter() - start:.1f} s)")
