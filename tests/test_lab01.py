@@ -28,6 +28,7 @@ from minidist.labkit.lab01 import (
     check_optimizer,
     check_topological_order,
     check_training,
+    check_unbroadcast,
 )
 
 rng = np.random.default_rng(0)
@@ -36,8 +37,27 @@ rng = np.random.default_rng(0)
 @pytest.mark.lab01_unbroadcast
 def test_unbroadcast():
     g = rng.standard_normal((3, 2, 5, 4))
-    expect_close("to (5, 1)", md.autograd.unbroadcast(g, (5, 1)), g.sum(axis=(0, 1, 3))[:, None])
-    expect_close("to ()", md.autograd.unbroadcast(g, ()), g.sum())
+    check_unbroadcast(md.autograd.unbroadcast, g, {(5, 1): g.sum(axis=(0, 1, 3))[:, None],
+                                                   (): g.sum(), (3, 2, 5, 4): g}, "unbroadcast")
+
+
+def test_the_unbroadcast_check_fails_an_answer_that_changes_its_input():
+    """The check computes its expected values before the first call: an answer that clears
+    grad (and returns zeros) once passed, its expected values cleared with it."""
+    def clears(grad, shape):
+        grad[...] = 0
+        return np.zeros(shape)
+
+    def clears_after_summing(grad, shape):
+        reduced = md.autograd.unbroadcast(grad, shape).copy()
+        grad[...] = 0
+        return reduced
+
+    g = np.arange(24.0).reshape(2, 3, 4)
+    with pytest.raises(CheckFailed, match="unbroadcast to \\(3, 4\\)"):
+        check_unbroadcast(clears, g.copy(), {(3, 4): g.sum(axis=0)}, "unbroadcast")
+    with pytest.raises(CheckFailed, match="changed its input grad"):
+        check_unbroadcast(clears_after_summing, g.copy(), {(3, 4): g.sum(axis=0)}, "unbroadcast")
 
 
 @pytest.mark.lab01_backward_mul

@@ -31,6 +31,23 @@ def graph_nodes(root: Any) -> list[Any]:
     return list(seen.values())
 
 
+def check_unbroadcast(unbroadcast_fn: Callable[[np.ndarray, tuple], np.ndarray],
+                      grad: np.ndarray, cases: dict[tuple[int, ...], np.ndarray],
+                      what: str) -> None:
+    """``unbroadcast_fn(grad, shape)`` equals ``cases[shape]`` for every shape, and leaves
+    ``grad`` as it was: the same gradient often goes on to another input (Add hands it to
+    both), so an answer that sums into it, or clears it, breaks the next one. The
+    expected values are copied before the first call: an answer cannot change them."""
+    __tracebackhide__ = True
+    before = np.array(grad, copy=True)
+    expected = {shape: np.array(value, copy=True) for shape, value in cases.items()}
+    for shape, value in expected.items():
+        expect_close(f"{what} to {shape}", unbroadcast_fn(grad, shape), value)
+        expect(np.array_equal(grad, before), f"{what} to {shape} changed its input grad: "
+               "return a new array and leave grad as it was (Add hands the same gradient "
+               "to both of its inputs)")
+
+
 def check_topological_order(order_fn: Callable[[Any], list[Any]], root: Any, what: str) -> None:
     """``order_fn(root)``: every node once, each after all of its inputs, ``root`` last."""
     __tracebackhide__ = True
