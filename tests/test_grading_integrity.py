@@ -72,6 +72,9 @@ class ReLU(md.autograd.Function):
 
 def shouts(x):
     raise ValueError("no " * 2000)
+
+def fits_nothing(sizes, times):
+    return None
 '''
 
 
@@ -106,6 +109,27 @@ def test_a_students_exception_comes_back_by_name_and_message(kernel):
     with pytest.raises(CheckFailed, match="NameError: name 'missing' is not defined"):
         with task("Task 0"):
             kernel("missing")(1)
+
+
+@pytest.mark.parametrize("where", ["here", "in the kernel"])
+def test_a_result_the_check_cannot_read_is_named_as_such_not_as_the_students_error(
+        kernel, where):
+    """A check unpacking a None where the task asks for (alpha, beta) raises in labkit's
+    code; the student's code raised nothing, and the sentence says so."""
+    from minidist.labkit.lab02 import check_fit_line
+
+    fit = (lambda sizes, times: None) if where == "here" else kernel("fits_nothing")
+    with pytest.raises(CheckFailed, match=r"^Task 0: what your code returned could not be "
+                                          r"checked \(TypeError: .*NoneType"):
+        with task("Task 0"):
+            check_fit_line(fit, [1, 2], [3.0, 5.0], "two points")
+
+    def misuses_the_checks_tools(sizes, times):  # labkit code raises, called by the student
+        check_fit_line(None, [], [], "inside")
+
+    with pytest.raises(CheckFailed, match=r"^Task 0: your code raised TypeError"):
+        with task("Task 0"):
+            check_fit_line(misuses_the_checks_tools, [1, 2], [3.0, 5.0], "two points")
 
 
 def test_objects_that_are_not_data_stay_in_the_kernel(kernel):

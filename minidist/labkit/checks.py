@@ -12,13 +12,18 @@ directly (through two probes, ``remote.on_student``, so the class may live in
 a graded kernel), so it needs no other part of the autograd engine (each task
 is checkable alone). ``task`` wraps a group of checks: it prints one line when
 they all pass and turns any failure, or any exception raised by the student's
-code, into one sentence that starts with the task's name.
+code, into one sentence that starts with the task's name. An exception raised
+by a check's own code (``labkit``'s, reading what the answer returned: a None
+where a tuple was due) is said to be that, not an error of the student's code.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,6 +149,30 @@ def task(name: str) -> Iterator[None]:
         if type(error).__name__ == "BlockedError":
             raise CheckFailed(f"{name}: {error}") from None
         raise CheckFailed(f"{name}: not done yet ({type(error).__name__}: {error})") from None
-    except Exception as error:  # the student's code raised: say what, in one sentence
+    except Exception as error:  # say what was raised, and whose code raised it
+        if raised_by_the_check(error):
+            raise CheckFailed(f"{name}: what your code returned could not be checked "
+                              f"({type(error).__name__}: {error}); compare it with what "
+                              "the task says the answer returns") from None
         raise CheckFailed(f"{name}: your code raised {type(error).__name__}: {error}") from None
     print(f"{name}: all checks passed.")
+
+
+LABKIT = Path(__file__).resolve().parent
+
+
+def raised_by_the_check(error: BaseException) -> bool:
+    """True when ``error`` rose in a ``labkit`` check with no frame of other code below it
+    (numpy's and Python's aside): the check's own reading of what an answer returned
+    failed. A frame of the student's code (or of the library it called) below the check
+    makes it the student's, even when labkit code the student called raised it; so does
+    an exception the grader rebuilt from the kernel's."""
+    if getattr(error, "raised_by_student", False):
+        return False
+    outside = (sys.base_prefix, sys.prefix, "<frozen")
+    frames = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(error.__traceback__)]
+    in_labkit = [Path(f).resolve().parent == LABKIT for f in frames
+                 if not f.startswith(outside) and "site-packages" not in f]
+    cell = in_labkit.index(False) if False in in_labkit else len(in_labkit)  # below task()
+    below = in_labkit[cell:]
+    return True in below and all(below[below.index(True):])

@@ -101,12 +101,16 @@ def _rebuilt_exception(name: Any, message: Any) -> BaseException:
     if name in ("BlockedError", "CheckFailed"):  # (a probe's sentence; it can only fail)
         return {"BlockedError": BlockedError, "CheckFailed": CheckFailed}[name](message)
     known = getattr(builtins, name, None)
+    rebuilt = None
     if isinstance(known, type) and issubclass(known, Exception):
         try:
-            return known(message)
+            rebuilt = known(message)
         except TypeError:  # a class that wants more than a message
             pass
-    return type(name, (Exception,), {"__module__": "notebook"})(message)
+    if rebuilt is None:
+        rebuilt = type(name, (Exception,), {"__module__": "notebook"})(message)
+    rebuilt.raised_by_student = True  # raised here, in labkit, but by the kernel's code
+    return rebuilt
 
 
 class Session:
