@@ -225,11 +225,12 @@ def test_float32_stays_float32():
 
 
 def test_a_leafs_gradient_has_the_leafs_dtype():
+    xp = md.backend.xp()  # the seeds on the tensors' device (the strict tier's too)
     x = md.Tensor(np.ones(3, np.float32), requires_grad=True)
-    x.backward(np.ones(3))  # a float64 seed
+    x.backward(xp.ones(3))  # a float64 seed
     assert x.grad.dtype == np.float32
     y = md.Tensor(np.ones(3), requires_grad=True)
-    y.backward(np.ones(3, np.int64))
+    y.backward(xp.ones(3, dtype=np.int64))
     (y * 2).sum().backward()  # adds float64 into it
     np.testing.assert_array_equal(y.grad, [3.0, 3.0, 3.0])
 
