@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 from minidist.util.mpiexec import mpiexec_command, rank_environment
 from minidist.util.processes import stop_process_tree
+from minidist.util.shm import remove_left_segments
 
 
 def run_under_mpiexec(ranks: int, module: str, args: list[str],
@@ -21,10 +23,12 @@ def run_under_mpiexec(ranks: int, module: str, args: list[str],
 def run_mpi_command(command: list[str], ranks: int,
                     timeout: float = 120) -> subprocess.CompletedProcess:
     """Run an mpiexec ``command`` line of ``ranks`` ranks as :func:`run_under_mpiexec` does."""
+    started = time.time()
     job = subprocess.Popen(command, env=rank_environment(ranks), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = job.communicate(timeout=timeout)
     finally:
         stop_process_tree(job)
+        remove_left_segments(started)  # a job whose rank was killed leaves MPICH's behind
     return subprocess.CompletedProcess(command, job.returncode, out, err)

@@ -3,10 +3,18 @@ machinery, ``minidist.glove.hogwild``'s worker), against the sequential run."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
 from multiprocessing import shared_memory
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from test_glove import random_cooccurrence
 
@@ -104,6 +112,53 @@ def test_timeout_stops_the_workers_and_cleans_up(problem, created_blocks):
         glove.train_hogwild(start.copy(), records, workers=2, epochs=50, batch_size=64,
                               timeout=1.0)
     assert_cleaned_up(created_blocks)
+
+
+HANGING_WORKER = """
+import os, sys, time
+import numpy as np
+from minidist.parallel import hogwild
+
+def hang(shared, rank, workers, sync, folder):
+    open(f"{folder}/worker{rank}", "w").write(str(os.getpid()))
+    time.sleep(600)
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(__file__))
+    import caller  # the worker's function by a module name the spawned workers import
+    hogwild.run_hogwild(caller.hang, {"w": np.zeros(1000)}, 2, 1, ["w"],
+                        args=(sys.argv[1],), timeout=300)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_to_the_caller_stops_the_workers_and_unlinks_the_blocks(tmp_path):
+    """SIGTERM ends the caller as Ctrl-C does (``terminated_like_interrupted``): by default
+    it left both workers running and the shared blocks in /dev/shm."""
+    script = tmp_path / "caller.py"
+    script.write_text(HANGING_WORKER)
+    shm = Path("/dev/shm")
+    before = set(shm.glob("psm_*")) if shm.is_dir() else set()
+    caller = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"worker{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and caller.poll() is None, "no worker started"
+            time.sleep(0.1)
+        time.sleep(0.3)  # the pids written
+        workers = [int((tmp_path / f"worker{r}").read_text()) for r in range(2)]
+        caller.send_signal(signal.SIGTERM)
+        assert caller.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not [pid for pid in workers if psutil.pid_exists(pid)
+                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if shm.is_dir():
+            assert set(shm.glob("psm_*")) - before == set()
+    finally:
+        caller.kill()
+        for name in (tmp_path / f"worker{r}" for r in range(2)):
+            if name.exists():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(name.read_text()), signal.SIGKILL)
 
 
 def test_shared_arrays_round_trip_and_unlink():

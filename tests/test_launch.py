@@ -2,7 +2,9 @@
 
 import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -16,6 +18,8 @@ import minidist.comm as comm
 from minidist.comm import RankError
 from minidist.comm.transport.mpirun import JOB_MARK
 from minidist.util.mpiexec import env_args, rank_environment
+from minidist.util.processes import stop_process_tree
+from minidist.util.shm import PREFIX, SHM, remove_left_segments
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
@@ -134,6 +138,74 @@ def test_a_timeout_ends_every_process(world_size):
         comm.launch(sleeps, world_size, backend="mpi", timeout=2)
     assert len(watcher.seen) >= 1 + world_size  # it did see mpiexec and the ranks
     assert watcher.survivors() == []
+
+
+def mpich_segments() -> set[str]:
+    return {p.name for p in SHM.glob(f"{PREFIX}*")} if SHM.is_dir() else set()
+
+
+@pytest.mark.mpi
+@mpi_only
+@pytest.mark.timeout(120)
+def test_a_failed_job_leaves_no_shared_memory_behind():
+    """MPICH removes its /dev/shm segment in MPI_Finalize only; a job that aborts or is
+    stopped once left one behind (3 MB each, for as long as the machine runs)."""
+    def fails(c):
+        if c.rank == 1:
+            raise ValueError("boom on 1")
+        c.barrier()
+
+    before = mpich_segments()
+    with pytest.raises(RankError, match="boom on 1"):
+        comm.launch(fails, 3, backend="mpi", timeout=60)
+    with pytest.raises(TimeoutError):
+        comm.launch(lambda c: time.sleep(600 if c.rank else 0.1), 2, backend="mpi", timeout=3)
+    assert mpich_segments() - before == set()
+
+
+def test_only_segments_nobody_maps_are_removed(tmp_path):
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm here")
+    import mmap
+
+    since = time.time()
+    used, left = (SHM / f"{PREFIX}test{os.getpid()}_{k}" for k in (0, 1))
+    for path in (used, left):
+        path.write_bytes(b"\0" * 4096)
+    with open(used, "r+b") as file, mmap.mmap(file.fileno(), 4096):  # mapped by this process
+        assert remove_left_segments(since) == [left]
+        assert used.exists() and not left.exists()
+    used.unlink()
+
+
+@pytest.mark.mpi
+@mpi_only
+@pytest.mark.timeout(120)
+def test_sigterm_to_the_caller_still_stops_the_job(tmp_path):
+    """SIGTERM (what timeout, Slurm and Kubernetes send) ends the caller by an exception, so
+    the job is stopped as on Ctrl-C; by default it would have left mpiexec and the ranks."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "import minidist as md\n"
+        "def sleeper(c):\n"
+        f"    open(f'{tmp_path}/rank{{c.rank}}', 'w').write(str(os.getpid()))\n"
+        "    time.sleep(600)\n"
+        "md.launch(sleeper, 2, backend='mpi', timeout=300)\n")
+    caller = subprocess.Popen([sys.executable, str(script)], env=rank_environment(2))
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"rank{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and caller.poll() is None, "the ranks never ran"
+            time.sleep(0.1)
+        time.sleep(0.3)  # the pid written
+        ranks = [int((tmp_path / f"rank{r}").read_text()) for r in range(2)]
+        caller.send_signal(signal.SIGTERM)
+        assert caller.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not [pid for pid in ranks if psutil.pid_exists(pid)
+                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    finally:  # the caller, and (if this test fails) whatever its job left
+        stop_process_tree(caller, mark=f"{JOB_MARK}={caller.pid}-0")
 
 
 @pytest.mark.mpi

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from minidist.course.isolation import run_nbgrader_isolated
+from minidist.course.isolation import remove_shared_memory, run_nbgrader_isolated
 from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.release import nbgrader_env
 
@@ -61,3 +61,16 @@ def test_a_server_that_died_is_started_again_and_close_leaves_nothing(server, tm
     assert second.pid != first.pid
     server.close()
     assert not second.is_running() or second.status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_a_sandbox_users_shared_memory_is_removed_and_no_one_elses(tmp_path):
+    """What a student's run leaves in /dev/shm (MPICH's segment when its MPI ranks are
+    stopped) goes with it; the same folder's other files stay."""
+    theirs, mine = tmp_path / "mpich_shm_abc_0", tmp_path / "psm_mine"
+    for path in (theirs, mine):
+        path.write_bytes(b"x")
+    os.chown(theirs, 61234, 61234)
+    assert remove_shared_memory(61234, shm=tmp_path) == 1
+    assert not theirs.exists() and mine.exists()
+

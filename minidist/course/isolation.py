@@ -8,7 +8,10 @@ kernel, which is what runs student code, starts in ``sandbox.py``; when the
 grader is root it runs as a user id of its own (``pick_uid``), so it cannot
 open the private folder, the gradebook or anyone else's work, and after the
 run every process still owned by that uid is killed (``kill_user``), however
-it tried to escape (double fork, ``setsid``). Without root, the nbgrader run's
+it tried to escape (double fork, ``setsid``), and every file it left in
+``/dev/shm`` is removed (``remove_shared_memory``: MPICH's segment of a lab's
+MPI ranks, stopped mid-run, would otherwise hold its memory until the machine
+restarts, as would anything the student's code put there). Without root, the nbgrader run's
 process tree and process group are stopped instead
 (:func:`minidist.util.processes.stop_process_tree`); a process that left both
 with a double fork and ``setsid`` would survive, one more reason to grade as
@@ -74,6 +77,19 @@ def kill_user(uid: int, attempts: int = 50) -> int:
                 pass
         time.sleep(0.05)
     return killed
+
+
+def remove_shared_memory(uid: int, shm: Path = Path("/dev/shm")) -> int:
+    """Remove the files ``uid`` owns in ``shm``, once it owns no process; returns how many."""
+    removed = 0
+    for path in shm.glob("*") if shm.is_dir() else ():
+        try:
+            if path.lstat().st_uid == uid:
+                path.unlink()
+                removed += 1
+        except OSError:  # gone meanwhile, or a folder: left alone
+            pass
+    return removed
 
 
 def make_workdir(uid: int | None) -> Path:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from minidist.util.processes import stop_process_tree
+from minidist.util.processes import stop_process_tree, terminated_like_interrupted
 
 
 class SharedArrays:
@@ -149,6 +149,13 @@ def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], work
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    with terminated_like_interrupted():  # a SIGTERM'd caller still stops its workers
+        return _run(target, arrays, workers, epochs, written, args, timeout, on_epoch)
+
+
+def _run(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: int,
+         epochs: int, written: Sequence[str], args: tuple, timeout: float,
+         on_epoch: Callable[[int, float], None] | None) -> HogwildRun:
     context = mp.get_context("spawn")
     started = time.monotonic()
     shared = SharedArrays.create(arrays)

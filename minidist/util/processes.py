@@ -19,6 +19,11 @@ thing, so each calls :func:`stop_process_tree`:
 
 A root is a ``subprocess.Popen`` or a ``multiprocessing.Process``, and is
 waited for through that object, so its ``returncode``/``exitcode`` stays right.
+
+Whoever stops processes in a ``finally`` clause runs them inside
+:func:`terminated_like_interrupted`: SIGTERM (what ``timeout``, Slurm and
+Kubernetes send) then ends this process as Ctrl-C does, by an exception, so
+that the clause runs; by default it would end at once, and leave them running.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psutil
@@ -148,3 +155,24 @@ def stop_process_tree(*roots: Any, grace: float = KILL_GRACE, mark: str | None =
             break
     for top in tops:
         top.reap()
+
+
+@contextmanager
+def terminated_like_interrupted() -> Iterator[None]:
+    """Inside, SIGTERM raises ``SystemExit(143)`` in the main thread, as SIGINT raises
+    KeyboardInterrupt, so ``finally`` clauses run. Off the main thread, or where a
+    SIGTERM handler is already set, nothing changes (Python sets handlers there only)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def leave(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+

@@ -64,7 +64,8 @@ from typing import Any
 import psutil
 
 from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import KILL_GRACE, stop_process_tree
+from minidist.util.processes import KILL_GRACE, stop_process_tree, terminated_like_interrupted
+from minidist.util.shm import remove_left_segments
 
 DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
 JOB_MARK = "MINIDIST_JOB"  # in the environment of every process of a job: its identity
@@ -141,11 +142,16 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
     """Run an MPI job, relaying its output here, until it ends, a rank has been dead for
     ``grace`` seconds, or ``timeout`` seconds have passed; then stop all of it."""
     job_id = f"{os.getpid()}-{next(_jobs)}"  # 3. every process of this job carries it
-    with _adopting_orphans() as known:
-        job = subprocess.Popen(command, env={**env, JOB_MARK: job_id}, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
-        known.add(job.pid)  # not an orphan: the Popen reaps it
-        return _follow(job, timeout, grace, f"{JOB_MARK}={job_id}")
+    started = time.time()
+    with terminated_like_interrupted(), _adopting_orphans() as known:
+        try:
+            job = subprocess.Popen(command, env={**env, JOB_MARK: job_id},
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   start_new_session=True)
+            known.add(job.pid)  # not an orphan: the Popen reaps it
+            return _follow(job, timeout, grace, f"{JOB_MARK}={job_id}")
+        finally:
+            remove_left_segments(started)  # MPICH's shared memory, if the job did not end well
 
 
 def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: str) -> JobEnd:
