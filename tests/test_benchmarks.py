@@ -198,3 +198,32 @@ def test_scaling_sweep_prints_every_p_checks_the_simulator_and_plots(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "minidist.bench.scaling", "--sizes", "7"],
                          capture_output=True, text=True, timeout=60, env=ENV)
     assert bad.returncode == 2 and "multiple of 8" in bad.stderr
+
+
+@pytest.mark.parametrize("bench, options, message", [
+    ("allreduce", ["--iters", "0"], "argument --iters: wants an integer >= 1, got '0'"),
+    ("allreduce", ["--sizes", "abc"], "argument --sizes: wants a positive size in bytes"),
+    ("allreduce", ["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    ("allreduce", ["--algorithms", "ring,bogus"], "argument --algorithms: 'bogus' is not one"),
+    ("allreduce", ["-n", "0"], "argument -n/--ranks: wants an integer >= 1, got '0'"),
+    ("checkpointing", ["--batch", "0"], "argument --batch: wants an integer >= 1, got '0'"),
+    ("autograd", ["--steps", "0"], "argument --steps: wants an integer >= 1, got '0'"),
+    ("placement", ["--iters", "0"], "argument --iters: wants an integer >= 1, got '0'"),
+    ("zero", ["--sizes", "5,x"], "argument --sizes: wants an integer >= 1, got 'x'"),
+    ("fit", ["--max-size", "abc"], "argument --max-size: wants a positive size in bytes"),
+    ("moe", ["--ranks", "3"], "--experts 8 must be a multiple of every P in --ranks 3"),
+    ("moe", ["--capacity-factor", "0"], "argument --capacity-factor: wants a finite number > 0"),
+    ("pipeline", ["--quick", "--micro-batches", "0"], "argument --micro-batches: wants an"),
+    ("pipeline", ["--depth", "1"], "argument --depth: wants an integer >= 2, got '1'"),
+    ("simulator", ["--algorithms", "nope"], "argument --algorithms: 'nope' is not one of"),
+    ("ps", ["--slowdown", "nan"], "argument --slowdown: wants a finite number >= 1"),
+])
+def test_a_bad_option_is_a_usage_error_before_anything_runs(bench, options, message, capsys):
+    """Each once went on to a traceback (an empty median, a division by zero, an MPI job
+    started with a dtype it then refused)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(f"minidist.bench.{bench}").main(options)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

@@ -45,18 +45,11 @@ from minidist.bench.pricing import RAW_MPI, predicted_time
 from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
 from minidist.comm.cost.mpich import LocalPrices, load_local_prices
 from minidist.comm.cost.network import NetworkModel, load_network_model
+from minidist.comm.ops import DTYPES
 from minidist.comm.transport.communicator import Communicator
+from minidist.util.arguments import integer, listing, one_of, output_file, size
 from minidist.util.mpiexec import run_module_under_mpi
 from minidist.util.pages import page_aligned_empty
-
-UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-         "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """'8' -> 8, '64K' -> 65536, '64MiB' -> 67108864."""
-    digits = text.rstrip("aAbBgGiIkKmM")
-    return int(digits) * UNITS[text[len(digits):].upper()]
 
 
 def format_size(nbytes: int) -> str:
@@ -244,21 +237,23 @@ def plot(rows: list[dict], path: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--ranks", type=int, default=2,
+    parser.add_argument("-n", "--ranks", type=integer(1), default=2,
                         help="ranks to launch under mpiexec when not already under MPI")
-    parser.add_argument("--sizes", help="comma-separated sizes, e.g. 8,64K,64M "
-                        "(default: 8 B to 64 MiB by factors of --factor)")
-    parser.add_argument("--factor", type=int, default=4)
-    parser.add_argument("--max-size", default="64M")
-    parser.add_argument("--algorithms", default=",".join([*ALGORITHMS, RAW_MPI]),
+    parser.add_argument("--sizes", type=listing(size), help="comma-separated sizes, e.g. "
+                        "8,64K,64M (default: 8 B to 64 MiB by factors of --factor)")
+    parser.add_argument("--factor", type=integer(2), default=4)
+    parser.add_argument("--max-size", type=size, default="64M")
+    parser.add_argument("--algorithms", type=listing(one_of([*ALGORITHMS, RAW_MPI])),
+                        default=[*ALGORITHMS, RAW_MPI],
                         help=f"comma-separated, from {[*ALGORITHMS, RAW_MPI]}")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=4,
+    parser.add_argument("--dtype", choices=[np.dtype(d).name for d in DTYPES],
+                        default="float32")
+    parser.add_argument("--iters", type=integer(1), default=20)
+    parser.add_argument("--warmup", type=integer(0), default=3)
+    parser.add_argument("--rounds", type=integer(1), default=4,
                         help="per size: rounds of (fit, iters/rounds calls of each algorithm)")
-    parser.add_argument("--csv", help="write the rows to this CSV file")
-    parser.add_argument("--plot", help="save busbw vs size to this PNG")
+    parser.add_argument("--csv", type=output_file, help="write the rows to this CSV file")
+    parser.add_argument("--plot", type=output_file, help="save busbw vs size to this PNG")
     parser.add_argument("--fit", choices=["each", "saved"], default="each",
                         help="each: fit the model at each size in this run (default); "
                         "saved: use the fit saved by python -m minidist.bench.fit")
@@ -273,12 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     if not running_under_mpi():
         return run_module_under_mpi("minidist.bench.allreduce", args.ranks, argv)
     c = world()
-    sizes = ([parse_size(s) for s in args.sizes.split(",")] if args.sizes
-             else default_sizes(8, parse_size(args.max_size), args.factor))
-    algorithms = args.algorithms.split(",")
-    unknown = [a for a in algorithms if a not in ALGORITHMS and a != RAW_MPI]
-    if unknown:
-        raise SystemExit(f"unknown algorithms {unknown}; choose from {[*ALGORITHMS, RAW_MPI]}")
+    sizes = args.sizes or default_sizes(8, args.max_size, args.factor)
+    algorithms = args.algorithms
     dtype = np.dtype(args.dtype)
     saved = (load_network_model(host=True), load_local_prices()) if args.fit == "saved" else None
     wall, cpu = time.perf_counter(), time.process_time()

@@ -50,14 +50,15 @@ from minidist.examples.options import DEVICES, choose_device
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import Adam
+from minidist.util.arguments import integer, listing
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 PHASES = ("forward", "backward", "optimizer")
 # per device: the MLP's sizes, the batch, and the target for minidist's step / PyTorch's
 CONFIGS = {
-    "cpu": dict(sizes="784,1024,1024,10", batch=256, target=1.25),
-    "cuda": dict(sizes="4096,4096,4096,4096,10", batch=2048, target=1.3),
-    "strict": dict(sizes="64,32,10", batch=16, target=None),  # a smoke test: no timing target
+    "cpu": dict(sizes=[784, 1024, 1024, 10], batch=256, target=1.25),
+    "cuda": dict(sizes=[4096, 4096, 4096, 4096, 10], batch=2048, target=1.3),
+    "strict": dict(sizes=[64, 32, 10], batch=16, target=None),  # a smoke test: no timing target
 }
 
 
@@ -208,19 +209,20 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--device", choices=DEVICES, default=None,
                         help="cpu (default), cuda (the GPU, PyTorch on it too), or strict "
                              "(the CI guard's stand-in: a small smoke test, its times meaningless)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--sizes", default=None,
+    parser.add_argument("--threads", type=integer(1), default=1)
+    parser.add_argument("--sizes", type=listing(integer(1)), default=None,
                         help="layer sizes of the MLP (default: per device, see CONFIGS)")
-    parser.add_argument("--batch", type=int, default=None, help="default: per device")
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=integer(1), default=None, help="default: per device")
+    parser.add_argument("--steps", type=integer(1), default=20,
+                        help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=integer(0), default=3)
     parser.add_argument("--no-torch", action="store_true", help="time minidist only")
     args = parser.parse_args(argv)
     ensure_threads(args.threads, argv)
     device = choose_device(parser, args.device)
     config = CONFIGS[device]
 
-    sizes = [int(s) for s in (args.sizes or config["sizes"]).split(",")]
+    sizes = args.sizes or config["sizes"]
     batch = args.batch or config["batch"]
     x, y = make_batch(sizes, batch)
     model = MLP(sizes, rng=0)  # on the device chosen above

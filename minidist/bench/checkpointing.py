@@ -36,6 +36,7 @@ import numpy as np
 from minidist.autograd import checkpoint_sequential, saved_bytes
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
+from minidist.util.arguments import integer
 
 MEMORY_TARGET = "2 sqrt(L) / L"
 TIME_TARGET = 1.5
@@ -79,13 +80,15 @@ def step_times(steps: list[Callable[[], None]], repeats: int,
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description="gradient checkpointing: memory and time")
-    parser.add_argument("--layers", type=int, default=16, help="Linear layers of the MLP (L)")
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--layers", type=integer(1), default=16,
+                        help="Linear layers of the MLP (L)")
+    parser.add_argument("--width", type=integer(1), default=512)
+    parser.add_argument("--batch", type=integer(1), default=256)
+    parser.add_argument("--classes", type=integer(2), default=10)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=integer(1), default=20,
+                        help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=integer(0), default=3)
     args = parser.parse_args(argv)
     if args.layers < 4:
         raise SystemExit(f"--layers must be >= 4 (three distinct rows), got {args.layers}")

@@ -53,6 +53,7 @@ from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.timing import TraceRecorder
+from minidist.util.arguments import integer, listing, number
 from minidist.util.mpiexec import run_module_under_mpi
 
 DEFAULT_BUCKETS = "25 MB, first 1 MB"  # DataParallel's defaults
@@ -191,7 +192,7 @@ def report(c: Communicator, args: argparse.Namespace) -> None:
         f"({best['step'] / base['step']:.2f}x); the default buckets "
         f"{default['step'] / base['step']:.2f}x")
 
-    wide = [int(s) for s in args.sizes.split(",")]
+    wide = args.sizes
     say(f"\n2. scaling: MLP {wide}, batch {args.batch} per rank (weak scaling)")
     timings = scaling(c, wide, args.batch, args.steps, args.warmup, args.rounds)
     say(f"{'':>36} {'median ms':>10} {'efficiency':>11}")
@@ -232,17 +233,18 @@ def report(c: Communicator, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="P when it restarts itself")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per turn")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--ranks", type=integer(1), default=2, help="P when it restarts itself")
+    parser.add_argument("--steps", type=integer(1), default=20)
+    parser.add_argument("--warmup", type=integer(0), default=3, help="untimed steps per turn")
+    parser.add_argument("--rounds", type=integer(1), default=3,
                         help="the variants of a measurement take turns this many times")
-    parser.add_argument("--depth", type=int, default=25, help="layers of the deep MLP")
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--small-batch", type=int, default=32)
-    parser.add_argument("--sizes", default="784,1024,1024,10", help="the scaling MLP")
-    parser.add_argument("--batch", type=int, default=512, help="per rank, for scaling")
-    parser.add_argument("--delay", type=float, default=0.05, help="straggler's sleep (s)")
+    parser.add_argument("--depth", type=integer(1), default=25, help="layers of the deep MLP")
+    parser.add_argument("--width", type=integer(1), default=128)
+    parser.add_argument("--small-batch", type=integer(1), default=32)
+    parser.add_argument("--sizes", type=listing(integer(1)), default="784,1024,1024,10",
+                        help="the scaling MLP")
+    parser.add_argument("--batch", type=integer(1), default=512, help="per rank, for scaling")
+    parser.add_argument("--delay", type=number(least=0), default=0.05, help="straggler's sleep (s)")
     parser.add_argument("--timeline", default=None, help="PNG of the straggler's trace")
     args = parser.parse_args(argv)
     if not running_under_mpi():

@@ -55,6 +55,7 @@ from minidist.bench.host_bus import (  # noqa: F401 (pricing.py's and the tests'
 )
 from minidist.comm.cost.mpich import FRESH_FROM
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
+from minidist.util.arguments import size
 from minidist.util.mpiexec import run_module_under_mpi
 from minidist.util.pages import page_aligned_empty
 
@@ -224,12 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fit alpha, beta, gamma on this machine.")
     parser.add_argument("--out", help=f"where to save (default {network_model_path()})")
     parser.add_argument("--dry-run", action="store_true", help="print the fit, save nothing")
-    parser.add_argument("--max-size", default="64M", help="the largest message (default 64M; "
+    parser.add_argument("--max-size", type=size, default="64M",
+                        help="the largest message (default 64M; "
                         "at least 2M: beta is the slope from 1 MiB up)")
     args = parser.parse_args(argv)
-    from minidist.bench.allreduce import parse_size
-
-    sizes = [n for n in SIZES if n <= parse_size(args.max_size)]
+    sizes = [n for n in SIZES if n <= args.max_size]
     if sum(n >= SLOPE_FROM for n in sizes) < 2:
         parser.error(f"--max-size {args.max_size}: at least 2M (beta is the slope from 1 MiB up)")
     from minidist.comm.transport.world import running_under_mpi

@@ -53,6 +53,7 @@ import numpy as np
 from minidist import backend, glove
 from minidist.bench.glove_report import MB, device_target, report, targets
 from minidist.examples.options import choose_device
+from minidist.util.arguments import integer, number
 
 
 def peak_mb(pid: int | str = "self") -> float:
@@ -157,21 +158,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", help="a text file or folder (default: the synthetic one)")
     parser.add_argument("--reference-binary", metavar="PATH", help="glove.c's `glove` binary")
-    parser.add_argument("--min-count", type=int, default=5)
-    parser.add_argument("--window", type=int, default=10)
-    parser.add_argument("--dim", type=int, default=None,
+    parser.add_argument("--min-count", type=integer(1), default=5)
+    parser.add_argument("--window", type=integer(1), default=10)
+    parser.add_argument("--dim", type=integer(1), default=None,
                         help="default: 50, or 100 with --device (the GPU target's d)")
-    parser.add_argument("--x-max", type=float, default=None,
+    parser.add_argument("--x-max", type=number(above=0), default=None,
                         help="f's cap (default: 10 on the synthetic corpus, 100 otherwise)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--batch-size", type=int, default=256, help="of the mini-batch trainer")
+    parser.add_argument("--epochs", type=integer(1), default=3)
+    parser.add_argument("--threads", type=integer(1), nargs="+", default=[1, 2])
+    parser.add_argument("--batch-size", type=integer(1), default=256,
+                        help="of the mini-batch trainer")
     parser.add_argument("--no-minibatch", action="store_true")
     parser.add_argument("--device", choices=("cuda", "strict"),
                         help="also train mini-batches there (strict: the CI guard, on the CPU)")
-    parser.add_argument("--device-batch-size", type=int, default=4096,
+    parser.add_argument("--device-batch-size", type=integer(1), default=4096,
                         help="records per step on the device")
-    parser.add_argument("--warps", type=int, nargs="+",
+    parser.add_argument("--warps", type=integer(1), nargs="+",
                         help="warps of the GPU's record kernel, a row each (default: its own)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -59,6 +59,7 @@ from minidist.autograd import Tensor
 from minidist.bench import moe, zero
 from minidist.comm import Communicator, LocalCommunicator, allreduce, world
 from minidist.parallel.tensor_parallel import ParallelMLP
+from minidist.util.arguments import integer
 from minidist.util.mpiexec import run_module_under_mpi
 
 DTYPE = np.dtype(np.float32)
@@ -172,13 +173,13 @@ def report(c: Communicator, args: argparse.Namespace) -> list[dict]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="P when it restarts itself")
-    parser.add_argument("--widths", type=int, nargs="+", default=[256, 512, 1024],
+    parser.add_argument("--ranks", type=integer(1), default=2, help="P when it restarts itself")
+    parser.add_argument("--widths", type=integer(1), nargs="+", default=[256, 512, 1024],
                         help="the blocks' widths d (the target: the last)")
-    parser.add_argument("--tokens", type=int, default=2048, help="batch x sequence")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per turn")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per turn")
-    parser.add_argument("--rounds", type=int, default=2,
+    parser.add_argument("--tokens", type=integer(1), default=2048, help="batch x sequence")
+    parser.add_argument("--steps", type=integer(1), default=5, help="timed steps per turn")
+    parser.add_argument("--warmup", type=integer(0), default=1, help="untimed steps per turn")
+    parser.add_argument("--rounds", type=integer(1), default=2,
                         help="the measurements take turns this many times")
     parser.add_argument("--part", choices=("tp", "counts"), default=None,
                         help="part 1 alone (tp) or parts 2 and 3 alone (default: all)")

@@ -38,6 +38,7 @@ from minidist.autograd import Tensor
 from minidist.comm import LocalCluster, NetworkModel
 from minidist.comm.cost import check_cost, predict
 from minidist.parallel.moe import MoE, format_load, load_table
+from minidist.util.arguments import integer, listing, number
 
 
 def formula_bytes(p: int, n_experts: int, row_bytes: int, out: int, into: int,
@@ -87,16 +88,20 @@ def bytes_row(p: int, n_experts: int, top_k: int, tokens: int, d_model: int, hid
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", default="2,4,8", help="world sizes, comma-separated")
-    parser.add_argument("--experts", type=int, default=8, help="a multiple of every P")
-    parser.add_argument("--tokens", type=int, default=256, help="tokens per rank")
-    parser.add_argument("--d-model", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=128, help="each expert's hidden width")
-    parser.add_argument("--capacity-factor", type=float, default=1.25)
-    parser.add_argument("--skew", type=float, default=3.0,
+    parser.add_argument("--ranks", type=listing(integer(1)), default="2,4,8",
+                        help="world sizes, comma-separated")
+    parser.add_argument("--experts", type=integer(1), default=8, help="a multiple of every P")
+    parser.add_argument("--tokens", type=integer(1), default=256, help="tokens per rank")
+    parser.add_argument("--d-model", type=integer(1), default=64)
+    parser.add_argument("--hidden", type=integer(1), default=128, help="each expert's hidden width")
+    parser.add_argument("--capacity-factor", type=number(above=0), default=1.25)
+    parser.add_argument("--skew", type=number(least=0), default=3.0,
                         help="added to expert 0's gate weight on feature 0, in table 2")
     args = parser.parse_args(argv)
-    ranks = [int(p) for p in args.ranks.split(",")]
+    ranks = args.ranks
+    if any(args.experts % p for p in ranks):
+        parser.error(f"--experts {args.experts} must be a multiple of every P in --ranks "
+                     f"{','.join(map(str, ranks))} (each rank holds as many)")
     shape = (args.tokens, args.d_model, args.hidden, args.capacity_factor)
 
     rows = [bytes_row(p, args.experts, k, *shape) for p in ranks for k in (1, 2)]

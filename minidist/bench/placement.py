@@ -32,8 +32,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from minidist.bench.allreduce import format_size, parse_size
+from minidist.bench.allreduce import format_size
 from minidist.bench.fit import timed
+from minidist.util.arguments import integer, listing, size
 from minidist.util.mpiexec import run_module_under_mpi
 from minidist.util.pages import PAGE, page_aligned_empty
 
@@ -103,13 +104,13 @@ def report(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="16K,64K,256K,1M")
-    parser.add_argument("--offsets", default="0,16,32,2048",
+    parser.add_argument("--sizes", type=listing(size), default="16K,64K,256K,1M")
+    parser.add_argument("--offsets", type=listing(integer(0)), default="0,16,32,2048",
                         help="bytes from a page start; the first is the reference")
-    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--iters", type=integer(1), default=200)
     args = parser.parse_args(argv)
-    offsets = [int(o) for o in args.offsets.split(",")]
-    if any(not 0 <= o < PAGE for o in offsets):
+    offsets = args.offsets
+    if any(o >= PAGE for o in offsets):
         parser.error(f"--offsets: each must be in 0..{PAGE - 1}")
     from minidist.comm.transport.world import running_under_mpi
 
@@ -119,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if MPI.COMM_WORLD.Get_size() != 2:
         raise SystemExit("the placement benchmark runs on exactly 2 ranks")
-    rows = measure(MPI.COMM_WORLD, [parse_size(s) for s in args.sizes.split(",")], offsets,
-                   args.iters)
+    rows = measure(MPI.COMM_WORLD, args.sizes, offsets, args.iters)
     if rows:
         print("# a copy and an exchange by where the destination starts within a page "
               f"(its offset from the source, mod {PAGE}); median of {args.iters} calls")

@@ -90,6 +90,7 @@ from minidist.examples.ps_mlp import SleepingStraggler
 from minidist.models.mlp import build_mlp
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
 from minidist.parallel.ps.training import mlp_layout, train_mlp
+from minidist.util.arguments import integer, number
 from minidist.util.mpiexec import run_module_under_mpi
 
 DTYPE = np.dtype(np.float64)
@@ -235,16 +236,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--part", choices=("throughput", "straggler"), default=None,
                         help="one part only (default: both, or the one the MPI size fits)")
     parser.add_argument("--quick", action="store_true", help="a small, fast run (tests)")
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=3, help="part 2's workers")
-    parser.add_argument("--slowdown", type=float, default=2.0, help="the straggler's factor")
-    parser.add_argument("--steps", type=int, default=100, help="part 2's clocks per worker")
-    parser.add_argument("--eval-every", type=int, default=2)
-    parser.add_argument("--target", type=float, default=0.3, help="test loss to reach")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--iters", type=integer(1), default=50)
+    parser.add_argument("--warmup", type=integer(0), default=5)
+    parser.add_argument("--workers", type=integer(1), default=3, help="part 2's workers")
+    parser.add_argument("--slowdown", type=number(least=1), default=2.0,
+                        help="the straggler's factor")
+    parser.add_argument("--steps", type=integer(1), default=100, help="part 2's clocks per worker")
+    parser.add_argument("--eval-every", type=integer(1), default=2)
+    parser.add_argument("--target", type=number(above=0), default=0.3, help="test loss to reach")
+    parser.add_argument("--rounds", type=integer(1), default=3,
                         help="turns the peers take: part 1's two, part 2's three")
-    parser.add_argument("--hidden", type=int, default=64, help="the MLP's hidden width")
+    parser.add_argument("--hidden", type=integer(1), default=64, help="the MLP's hidden width")
     args = parser.parse_args(argv)
     args.dense_sizes, args.table, args.rows = default_sizes(8 << 10, 16 << 20), (100_000, 64), 1000
     if args.quick:

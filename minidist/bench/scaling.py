@@ -29,6 +29,8 @@ import numpy as np
 
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
+from minidist.util.arguments import integer, listing, number, output_file
+from minidist.util.arguments import size as byte_size
 
 ALGORITHMS = ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling")
 SIMULATION_BYTES = 1 << 30  # all ranks' vectors together, when simulating
@@ -58,15 +60,12 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def parse_size(text: str) -> int:
-    """``8``, ``64Ki``, ``1Mi``, ``256Mi``, ``1Gi``: bytes, a multiple of 8 (float64)."""
-    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
-    scale = units.get(text[-2:], 1)
-    number = text[:-2] if scale > 1 else text
-    if not number.isdigit() or int(number) * scale % 8 or int(number) == 0:
-        raise argparse.ArgumentTypeError(f"size {text!r}: a positive number of bytes, a "
-                                         "multiple of 8, optionally with Ki, Mi or Gi")
-    return int(number) * scale
+def float64_size(text: str) -> int:
+    """A :func:`~minidist.util.arguments.size` of whole float64 values (a multiple of 8)."""
+    nbytes = byte_size(text)
+    if nbytes % 8:
+        raise argparse.ArgumentTypeError(f"size {text!r}: a multiple of 8 bytes (float64)")
+    return nbytes
 
 
 def print_table(table: dict[int, dict[str, list[float]]], ranks: list[int],
@@ -86,21 +85,21 @@ def print_table(table: dict[int, dict[str, list[float]]], ranks: list[int],
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--latency", type=float, default=5e-6, help="α, seconds per message")
-    parser.add_argument("--bandwidth", type=float, default=25e9, help="link bytes per second")
-    parser.add_argument("--reduce-bandwidth", type=float, default=1 / NetworkModel().gamma,
+    parser.add_argument("--latency", type=number(least=0), default=5e-6,
+                        help="α, seconds per message")
+    parser.add_argument("--bandwidth", type=number(above=0), default=25e9,
+                        help="link bytes per second")
+    parser.add_argument("--reduce-bandwidth", type=number(above=0),
+                        default=1 / NetworkModel().gamma,
                         help="bytes reduced per second (default: NetworkModel's γ)")
-    parser.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")],
-                        default=[8, 64 << 10, 64 << 20], help="bytes, e.g. 8,64Ki,64Mi")
-    parser.add_argument("--max-ranks", type=int, default=4096)
-    parser.add_argument("--simulate-up-to", type=int, default=0, metavar="P",
+    parser.add_argument("--sizes", type=listing(float64_size), default=[8, 64 << 10, 64 << 20],
+                        help="bytes, e.g. 8,64Ki,64Mi")
+    parser.add_argument("--max-ranks", type=integer(2), default=4096)
+    parser.add_argument("--simulate-up-to", type=integer(0), default=0, metavar="P",
                         help="also run the simulator up to P ranks and compare")
-    parser.add_argument("--plot", default=None, help="save the plot as this PNG")
+    parser.add_argument("--plot", type=output_file, default=None,
+                        help="save the plot as this PNG")
     args = parser.parse_args(argv)
-    if args.latency < 0 or args.bandwidth <= 0 or args.reduce_bandwidth <= 0:
-        parser.error("--latency must be >= 0, the bandwidths > 0")
-    if args.max_ranks < 2:
-        parser.error(f"--max-ranks must be >= 2, got {args.max_ranks}")
     network = NetworkModel(alpha=args.latency, beta=1 / args.bandwidth,
                            gamma=1 / args.reduce_bandwidth)
     ranks = [1 << k for k in range(1, args.max_ranks.bit_length()) if 1 << k <= args.max_ranks]

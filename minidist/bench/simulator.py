@@ -37,6 +37,7 @@ import numpy as np
 from minidist.bench.simulator_floor import ring_floor
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
+from minidist.util.arguments import integer, listing, one_of
 
 ALGORITHMS = ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling")
 TARGETS = {1024: (ALGORITHMS, 10.0), 4096: (("recursive_doubling",), 30.0)}
@@ -82,21 +83,15 @@ def floor_row(p: int, values: int, ring_wall: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", default="256,1024,4096",
+    parser.add_argument("--ranks", type=listing(integer(1)), default="256,1024,4096",
                         help="world sizes, comma-separated (default: 256,1024,4096)")
-    parser.add_argument("--algorithms", default=None,
+    parser.add_argument("--algorithms", type=listing(one_of(ALGORITHMS)), default=None,
                         help="comma-separated; default: all at P <= 1024, recursive "
                              "doubling above")
-    parser.add_argument("--values", type=int, default=64 * 1024,
+    parser.add_argument("--values", type=integer(1), default=64 * 1024,
                         help="float64 values per rank (default 65536)")
     args = parser.parse_args(argv)
-    sizes = [int(p) for p in args.ranks.split(",")]
-    chosen = args.algorithms.split(",") if args.algorithms else None
-    for name in chosen or ():
-        if name not in ALGORITHMS:
-            parser.error(f"--algorithms: unknown {name!r}; choose from {', '.join(ALGORITHMS)}")
-    if any(p < 1 for p in sizes) or args.values < 1:
-        parser.error("--ranks and --values must be positive")
+    sizes, chosen = args.ranks, args.algorithms
 
     print(f"allreduce of {args.values} float64 values on P in-process ranks, one process")
     print(f"{'P':>5} {'algorithm':>18} {'wall s':>8} {'cpu s':>8} {'clock ms':>9} "

@@ -34,6 +34,7 @@ from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD, Adam
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.zero import ShardedOptimizer, bytes_held, bytes_sent_per_step, values_held
+from minidist.util.arguments import integer, listing
 
 HYPER = {"adam": dict(lr=1e-3), "sgd": dict(lr=0.05, momentum=0.9)}
 STATES = {"adam": 2, "sgd": 1}  # optimiser values per parameter: m and s; the velocity
@@ -95,16 +96,16 @@ def table(sizes: list[int], ranks: list[int], optimizer: str, dtype: str) -> lis
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64,256,10", help="the MLP's layer sizes")
-    parser.add_argument("--ranks", default="1,2,4,8", help="the values of P")
+    parser.add_argument("--sizes", type=listing(integer(1)), default="64,256,10",
+                        help="the MLP's layer sizes")
+    parser.add_argument("--ranks", type=listing(integer(1)), default="1,2,4,8",
+                        help="the values of P")
     parser.add_argument("--optimizer", choices=sorted(HYPER), default="adam")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    ranks = [int(p) for p in args.ranks.split(",")]
-    if len(sizes) < 2 or min(sizes) < 1 or not ranks or min(ranks) < 1:
-        raise SystemExit(f"--sizes needs two or more positive sizes and --ranks positive "
-                         f"values, got {args.sizes!r} and {args.ranks!r}")
+    sizes, ranks = args.sizes, args.ranks
+    if len(sizes) < 2:
+        parser.error(f"--sizes needs two or more layer sizes, got {sizes}")
 
     rows = table(sizes, ranks, args.optimizer, args.dtype)
     n = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))

@@ -15,8 +15,9 @@ Every rank chooses the device before it builds its model; ranks under
 ``mpirun`` may share one GPU (each process has its own context). Asked for
 with no GPU, every rank fails alike: a usage error naming the problem.
 
-An option's own range is its argparse ``type`` (:func:`integer`,
-:func:`number`, :func:`output_file`): ``--batch-size 0``, a factor of
+An option's own range is its argparse ``type`` (``integer``, ``number``,
+``output_file``, from ``minidist.util.arguments``, which the benchmarks use
+too): ``--batch-size 0``, a factor of
 ``nan`` or a plot into a folder that cannot be made is a usage error
 naming the option, on every rank alike, before anything runs. What depends
 on the ranks (a batch that must divide among them) is checked next, inside
@@ -26,15 +27,13 @@ on the ranks (a batch that must divide among them) is checked next, inside
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from minidist import backend
 from minidist.comm import Communicator, LocalCommunicator
+from minidist.util.arguments import integer, number, output_file  # noqa: F401 (the examples')
 
 DEVICES = ("cpu", "cuda", "strict")
 
@@ -53,57 +52,6 @@ def choose_device(parser: argparse.ArgumentParser, device: str | None) -> str:
     except (RuntimeError, ValueError) as exc:  # no cupy, no GPU, a bad MINIDIST_DEVICE
         parser.error(f"--device {device or 'from MINIDIST_DEVICE'}: {exc}")
     return backend.get_device()
-
-
-def integer(least: int = 1) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number no smaller than ``least``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < least:
-            raise argparse.ArgumentTypeError(f"wants an integer >= {least}, got {text!r}")
-        return value
-    return parse
-
-
-def number(least: float | None = None, above: float | None = None,
-           most: float | None = None) -> Callable[[str], float]:
-    """An argparse ``type``: a finite number, ``>= least``, ``> above`` and ``<= most``
-    (each bound if given)."""
-    bounds = [f"{sign} {bound:g}" for sign, bound in ((">=", least), (">", above), ("<=", most))
-              if bound is not None]
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or (least is not None and value < least) or \
-                (above is not None and value <= above) or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(
-                f"wants a finite number{' ' if bounds else ''}{' and '.join(bounds)}, "
-                f"got {text!r}")
-        return value
-    return parse
-
-
-def output_file(text: str) -> str:
-    """An argparse ``type``: a file the run writes when it ends (a plot, vectors), checked
-    before it starts: its folder is made if missing (as ``--checkpoint-dir`` is) and
-    must be writable, so a long run never ends on a path it cannot write."""
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file's name")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise argparse.ArgumentTypeError(f"cannot make the folder of {text!r}: "
-                                         f"{err.strerror}") from None
-    if not os.access(path.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}")
-    return text
 
 
 def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
