@@ -25,7 +25,10 @@ A checkpoint holds what the rest of the run depends on:
    error on every rank).
 
 **Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
-identical, so rank 0's copy is the checkpoint. On resume rank 0 chooses the
+identical, so rank 0's copy is the checkpoint. An optimiser without a whole
+``state_dict`` on every rank (ZeRO's ``ShardedOptimizer``: each rank holds
+its own shard) cannot be saved that way, and both functions say so on every
+rank. On resume rank 0 chooses the
 newest checkpoint and tells the others its step (one broadcast): every rank
 loads the same file.
 
@@ -86,6 +89,7 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     returns its path there, None on the other ranks (which do nothing)."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
+    _check_whole_state(optimizer)
     if comm.rank != 0:
         return None
     arrays: dict[str, np.ndarray] = {}
@@ -115,6 +119,7 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
                     ) -> Checkpoint | None:
     """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
     ``rng``) on every rank; None, changing nothing, when there is none."""
+    _check_whole_state(optimizer)
     newest = latest_checkpoint(folder) if comm.rank == 0 and Path(folder).is_dir() else None
     mine = np.array([int(NAME.fullmatch(newest.name)[1]) if newest else -1], np.int64)
     # communication: rank 0 names the checkpoint every rank loads (-1: none)
@@ -135,6 +140,14 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
             raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
         rng.bit_generator.state = meta["rng"]
     return Checkpoint(meta["step"], meta["extra"], path)
+
+
+def _check_whole_state(optimizer: Any) -> None:
+    """Refuse, on every rank, an optimiser whose state is not whole on each rank."""
+    if not callable(getattr(optimizer, "state_dict", None)):
+        raise TypeError(f"a checkpoint holds rank 0's optimiser state for every rank, but a "
+                        f"{type(optimizer).__name__} has no state_dict (ZeRO's "
+                        "ShardedOptimizer keeps a different shard on each rank)")
 
 
 def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
