@@ -163,6 +163,22 @@ def test_a_failed_job_leaves_no_shared_memory_behind():
     assert mpich_segments() - before == set()
 
 
+@pytest.mark.mpi
+@mpi_only
+@pytest.mark.timeout(120)
+def test_a_rank_that_exits_without_a_word_is_named_with_its_status():
+    """A rank's os._exit (or a crash in native code) leaves no result and no exception; its
+    guard names it, and the error says what it said (once it said nothing)."""
+    def exits(c):
+        if c.rank == 1:
+            os._exit(3)
+        c.barrier()
+
+    with pytest.raises(RuntimeError, match=r"ended without a result(?s:.*)rank 1 \(pid \d+ on "
+                                           r"\S+\) exited with status 3"):
+        comm.launch(exits, 3, backend="mpi", timeout=60)
+
+
 def test_only_segments_nobody_maps_are_removed(tmp_path):
     if not SHM.is_dir():
         pytest.skip("no /dev/shm here")

@@ -120,8 +120,10 @@ def _collect(folder: Path, world_size: int, end: JobEnd) -> list[Any]:
         raise RankError(rank, record["summary"], record["traceback"]) from record["error"]
     if len(records) < world_size:
         missing = sorted(set(range(world_size)) - set(records))
-        raise RuntimeError(f"launch: ranks {missing} ended without a result; mpiexec said:\n"
-                           + "".join(end.stderr_tail))
+        said = "".join(end.stderr_tail) or "(nothing on stderr)\n"
+        raise RuntimeError(f"launch: ranks {missing} ended without a result, neither returning "
+                           f"nor raising (mpiexec's exit status {end.returncode}); its last "
+                           f"words on stderr:\n{said}")
     return [records[rank]["value"] for rank in range(world_size)]
 
 

@@ -74,8 +74,10 @@ _jobs = itertools.count()
 # $1..: the rank's command, run in the background so that $! is its pid. When the rank dies
 # by a signal, the guard says so at once (builtins only: a survivor that sees its peer gone may
 # abort the job a few milliseconds later) and dies by the same signal, so mpiexec sees what it
-# sees without a guard. Told to stop (SIGTERM from a stop, SIGINT, SIGHUP), it passes it on,
-# waits for the rank (an orphan would linger until init reaps it) and says nothing.
+# sees without a guard. A rank that exits with a status other than 0 (os._exit, a crash in
+# native code, MPI_Abort) is named the same way, with its status. Told to stop (SIGTERM from a
+# stop, SIGINT, SIGHUP), it passes it on, waits for the rank (an orphan would linger until
+# init reaps it) and says nothing.
 RANK_GUARD = r"""
 host=$(uname -n)
 trap 'stopping=1; kill -s TERM $pid 2>/dev/null' TERM INT HUP
@@ -89,6 +91,9 @@ if [ $status -gt 128 ] && [ -z "$stopping" ]; then
        "was killed by signal $((status - 128))" >&2
   trap - TERM INT HUP
   kill -$((status - 128)) $$
+elif [ $status -ne 0 ] && [ -z "$stopping" ]; then
+  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $host)" \
+       "exited with status $status" >&2
 fi
 exit $status
 """.strip()
