@@ -9,13 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
+from sigterm import survivors_of_sigterm
 from test_glove import random_cooccurrence
 
 from minidist import glove
@@ -141,16 +140,7 @@ def test_sigterm_to_the_caller_stops_the_workers_and_unlinks_the_blocks(tmp_path
     before = set(shm.glob("psm_*")) if shm.is_dir() else set()
     caller = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
     try:
-        deadline = time.monotonic() + 60
-        while not all((tmp_path / f"worker{r}").exists() for r in range(2)):
-            assert time.monotonic() < deadline and caller.poll() is None, "no worker started"
-            time.sleep(0.1)
-        time.sleep(0.3)  # the pids written
-        workers = [int((tmp_path / f"worker{r}").read_text()) for r in range(2)]
-        caller.send_signal(signal.SIGTERM)
-        assert caller.wait(timeout=30) == 128 + signal.SIGTERM
-        assert not [pid for pid in workers if psutil.pid_exists(pid)
-                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert survivors_of_sigterm(caller, tmp_path, ["worker0", "worker1"]) == []
         if shm.is_dir():
             assert set(shm.glob("psm_*")) - before == set()
     finally:

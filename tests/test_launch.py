@@ -2,7 +2,6 @@
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from sigterm import survivors_of_sigterm
 
 import minidist.comm as comm
 from minidist.comm import RankError
@@ -210,16 +210,7 @@ def test_sigterm_to_the_caller_still_stops_the_job(tmp_path):
         "md.launch(sleeper, 2, backend='mpi', timeout=300)\n")
     caller = subprocess.Popen([sys.executable, str(script)], env=rank_environment(2))
     try:
-        deadline = time.monotonic() + 60
-        while not all((tmp_path / f"rank{r}").exists() for r in range(2)):
-            assert time.monotonic() < deadline and caller.poll() is None, "the ranks never ran"
-            time.sleep(0.1)
-        time.sleep(0.3)  # the pid written
-        ranks = [int((tmp_path / f"rank{r}").read_text()) for r in range(2)]
-        caller.send_signal(signal.SIGTERM)
-        assert caller.wait(timeout=30) == 128 + signal.SIGTERM
-        assert not [pid for pid in ranks if psutil.pid_exists(pid)
-                    and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert survivors_of_sigterm(caller, tmp_path, ["rank0", "rank1"]) == []
     finally:  # the caller, and (if this test fails) whatever its job left
         stop_process_tree(caller, mark=f"{JOB_MARK}={caller.pid}-0")
 
