@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from minidist.course.settings import course_root
+from minidist.util.arguments import integer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,15 +34,22 @@ def main(argv: list[str] | None = None) -> int:
     grade_cmd = commands.add_parser("grade", help="autograde a folder of submissions")
     grade_cmd.add_argument("folder", type=Path, help="submitted/<student>/<lab>/ or flat files")
     grade_cmd.add_argument("--out", type=Path, default=None, help="default: grading/out")
-    grade_cmd.add_argument("--jobs", type=int, default=2, help="students graded at a time")
-    grade_cmd.add_argument("--cell-timeout", type=int, default=None,
+    grade_cmd.add_argument("--jobs", type=integer(1), default=2, help="students graded at a time")
+    grade_cmd.add_argument("--cell-timeout", type=integer(1), default=None,
                            help="override the per-lab cell timeout (seconds)")
     class_cmd = commands.add_parser("make-class", help="write a synthetic class to grade")
     class_cmd.add_argument("folder", type=Path)
-    class_cmd.add_argument("--students", type=int, default=30)
+    class_cmd.add_argument("--students", type=integer(1), default=30)
     class_cmd.add_argument("--lab", action="append", help="only this lab (repeatable)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    known = sorted(p.name for p in (root / "solutions").glob("lab*") if p.is_dir())
+    unknown = [lab for lab in (getattr(args, "labs", None) or getattr(args, "lab", None) or [])
+               if lab not in known]
+    if unknown:
+        parser.error(f"unknown lab {', '.join(unknown)} (labs: {', '.join(known)})")
+    if args.command == "grade" and not args.folder.is_dir():
+        parser.error(f"{args.folder}: no such folder (grade takes the folder of submissions)")
 
     if args.command == "release":
         from minidist.course.release import release

@@ -151,7 +151,10 @@ class Grader:
         shutil.rmtree(self._scratch, ignore_errors=True)
 
     def grade_all(self, folder: Path, jobs: int = 2) -> list[GradeResult]:
-        submissions = collect(folder, source_notebooks(self.root))
+        submissions = collect(folder, source_notebooks(self.root), skip=(self.out,))
+        # this run's pages only: a page left by an earlier run into the same folder would
+        # contradict the grades (a student's old 26/26 beside a new problem page)
+        shutil.rmtree(self.out / "feedback", ignore_errors=True)
         labs = sorted({s.lab for s in submissions if s.lab != "?"})
         # only the labs handed in; the fork server that will grade them builds the release
         self.release = build_release(self.root, self._scratch, labs, self._nbgrader)
@@ -166,7 +169,7 @@ class Grader:
         started = time.perf_counter()
         max_score = self.release.max_scores.get(sub.lab, 0.0)
         if sub.problem is not None:
-            result = GradeResult(sub.student, sub.lab, 0.0, max_score, [sub.problem])
+            result = GradeResult(sub.student, sub.lab, 0.0, max_score, [sub.problem, *sub.notes])
             self._write_problem_page(result)
             return result
         private = Path(tempfile.mkdtemp(prefix="minidist-grade-"))  # 0700
@@ -174,6 +177,7 @@ class Grader:
             result = self._autograde(sub, private, hide, max_score)
         finally:
             shutil.rmtree(private, ignore_errors=True)
+        result.problems += sub.notes
         result.seconds = time.perf_counter() - started
         return result
 

@@ -13,6 +13,7 @@ which scores zero with that sentence in the summary instead of stopping the run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -29,11 +30,18 @@ class Submission:
     lab: str
     notebooks: dict[str, Path] = field(default_factory=dict)
     problem: str | None = None
+    notes: list[str] = field(default_factory=list)  # reported with its grade (a duplicate)
 
 
 def safe_id(name: str) -> str:
-    """A student id nbgrader and file systems accept: letters, digits, ``_ - .``."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "unnamed"
+    """A student id nbgrader and file systems accept: letters, digits, ``_ - .``; a name
+    with other characters (spaces, 李明) gets 8 hex digits of its hash, so that two
+    names never become one id ("Jane Doe" and "Jane_Doe", 李明 and 王芳 once did)."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")
+    if readable == name and name:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"{readable.strip('_') or 'student'}-{digest}"
 
 
 def notebook_problem(path: Path) -> str | None:
@@ -71,7 +79,9 @@ def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
 
 
 def _nested(student_dir: Path, release: dict[str, list[str]]) -> list[Submission]:
-    found = []
+    found = [Submission(safe_id(student_dir.name), "?", problem=f"{student_dir.name}/{p.name} "
+                        f"is not in a lab's folder: put it in {student_dir.name}/<lab>/")
+             for p in sorted(student_dir.glob("*.ipynb"))]  # once left out without a word
     for lab_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
         student, lab = safe_id(student_dir.name), lab_dir.name
         if lab not in release:
@@ -85,20 +95,33 @@ def _nested(student_dir: Path, release: dict[str, list[str]]) -> list[Submission
     return found
 
 
-def collect(folder: Path, release: dict[str, list[str]]) -> list[Submission]:
-    """Every submission under ``folder``; ``release`` maps each lab to its notebook names."""
+def collect(folder: Path, release: dict[str, list[str]],
+            skip: tuple[Path, ...] = ()) -> list[Submission]:
+    """Every submission under ``folder``; ``release`` maps each lab to its notebook names.
+    ``skip``: folders that are not submissions (the grader's output, put inside)."""
     if (folder / "submitted").is_dir():
         folder = folder / "submitted"
     found: list[Submission] = []
+    skipped = {path.resolve() for path in skip}
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith("."):
+        if entry.name.startswith(".") or entry.resolve() in skipped:
             continue
         found.extend(_nested(entry, release) if entry.is_dir() else [_flat(entry, release)])
-    seen: set[tuple[str, str]] = set()
+    first: dict[tuple[str, str], Submission] = {}
+    kept = []
     for sub in found:
         if sub.problem is None:
             sub.problem = next(filter(None, map(notebook_problem, sub.notebooks.values())), None)
-        if sub.lab != "?" and (sub.student, sub.lab) in seen:
-            sub.problem, sub.notebooks = "a second submission for the same lab (ignored)", {}
-        seen.add((sub.student, sub.lab))
-    return found
+        graded = first.setdefault((sub.student, sub.lab), sub)
+        if sub.lab != "?" and graded is not sub:  # one grade per student and lab
+            graded.notes.append(f"a second submission for this lab was ignored "
+                                f"({_names(sub, folder)}; graded: {_names(graded, folder)})")
+        else:
+            kept.append(sub)
+    return kept
+
+
+def _names(sub: Submission, folder: Path) -> str:
+    """The submission's notebooks, as paths within the submissions ``folder``."""
+    return ", ".join(str(path.relative_to(folder)) for path in sub.notebooks.values()) \
+        or "no notebook"

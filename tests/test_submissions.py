@@ -1,0 +1,63 @@
+"""How the grader reads a folder of submissions, and its command line's bad input: no
+grading runs here (tests/test_course_kit.py grades a class)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minidist.course import main
+from minidist.course.submissions import collect, safe_id
+
+RELEASE = {"lab01_autograd": ["lab01_autograd.ipynb"]}
+NOTEBOOK = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                       "cells": [{"cell_type": "code", "source": "", "metadata": {},
+                                  "outputs": [], "execution_count": None}]})
+
+
+def test_distinct_names_stay_distinct_ids():
+    """李明 and 王芳 both became "__", "Jane Doe" and "Jane_Doe" both "Jane_Doe": the second
+    of each pair was then dropped as a duplicate submission."""
+    names = ["李明", "王芳", "Jane Doe", "Jane_Doe", "jane.doe", "o'neil"]
+    ids = [safe_id(name) for name in names]
+    assert len(set(ids)) == len(names)
+    assert safe_id("Jane_Doe") == "Jane_Doe" and safe_id("Jane Doe").startswith("Jane_Doe-")
+    assert all(c.isascii() and (c.isalnum() or c in "_.-") for i in ids for c in i)
+
+
+def test_a_second_submission_is_one_note_on_the_graded_one(tmp_path):
+    (tmp_path / "frank" / "lab01_autograd").mkdir(parents=True)
+    (tmp_path / "frank" / "lab01_autograd" / "lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "frank_lab01_autograd.ipynb").write_text(NOTEBOOK)
+    subs = collect(tmp_path, RELEASE)
+    assert [(s.student, s.lab) for s in subs] == [("frank", "lab01_autograd")]
+    assert subs[0].notes == ["a second submission for this lab was ignored "
+                             "(frank_lab01_autograd.ipynb; graded: "
+                             "frank/lab01_autograd/lab01_autograd.ipynb)"]
+
+
+def test_a_notebook_loose_in_a_students_folder_is_a_row_saying_where_it_goes(tmp_path):
+    (tmp_path / "gus").mkdir()
+    (tmp_path / "gus" / "lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (sub,) = collect(tmp_path, RELEASE)
+    assert sub.student == "gus" and "put it in gus/<lab>/" in sub.problem
+
+
+def test_the_graders_own_output_inside_the_folder_is_no_submission(tmp_path):
+    (tmp_path / "dave_lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "out" / "feedback" / "dave").mkdir(parents=True)
+    subs = collect(tmp_path, RELEASE, skip=(tmp_path / "out",))
+    assert [s.student for s in subs] == ["dave"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["grade", "/no/such/folder"], "/no/such/folder: no such folder"),
+    (["grade", ".", "--jobs", "0"], "argument --jobs: wants an integer >= 1, got '0'"),
+    (["release", "lab1"], "unknown lab lab1 (labs: lab01_autograd"),
+    (["make-class", "x", "--lab", "lab99"], "unknown lab lab99"),
+])
+def test_bad_input_is_a_usage_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
