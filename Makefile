@@ -68,7 +68,7 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check minidist tests
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab labs/
+	$(BIN)/jupyter lab labs/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 release: $(STAMP)
 	$(BIN)/python -m minidist.course release

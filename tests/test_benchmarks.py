@@ -227,3 +227,25 @@ def test_a_bad_option_is_a_usage_error_before_anything_runs(bench, options, mess
         importlib.import_module(f"minidist.bench.{bench}").main(options)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_saved_fit_asked_for_and_missing_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    """It once priced with the built-in defaults and headed them "the saved fit"."""
+    from minidist.bench import allreduce
+
+    monkeypatch.setenv("MINIDIST_NETWORK", str(tmp_path / "none.json"))
+    with pytest.raises(SystemExit) as exit_:
+        allreduce.main(["--sizes", "64K", "--fit", "saved"])
+    assert exit_.value.code == 2 and "--fit saved: no fit saved at" in capsys.readouterr().err
+
+
+def test_glove_and_cooccur_name_a_missing_corpus(tmp_path, capsys):
+    from minidist.data import cooccur
+    from minidist.examples import glove
+
+    for main, argv in ((glove.main, ["--corpus", str(tmp_path / "nope.txt")]),
+                       (cooccur.main, [str(tmp_path / "nope.txt"), str(tmp_path / "out.npz")])):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2 and "no file or folder at" in capsys.readouterr().err
+

@@ -44,6 +44,19 @@ def test_a_notebook_loose_in_a_students_folder_is_a_row_saying_where_it_goes(tmp
     assert sub.student == "gus" and "put it in gus/<lab>/" in sub.problem
 
 
+def test_flat_files_beside_submitted_are_read_too(tmp_path):
+    """grading/README: submitted/, a flat export, or both mixed (the flat files were once
+    left out without a word when submitted/ was there)."""
+    (tmp_path / "submitted" / "alice" / "lab01_autograd").mkdir(parents=True)
+    (tmp_path / "submitted" / "alice" / "lab01_autograd" / "lab01_autograd.ipynb").write_text(
+        NOTEBOOK)
+    (tmp_path / "carol_lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "bob_lab01_autograd.ipynb").write_text("{ broken")
+    subs = {s.student: s for s in collect(tmp_path, RELEASE)}
+    assert sorted(subs) == ["alice", "bob", "carol"]
+    assert subs["carol"].problem is None and "not JSON" in subs["bob"].problem
+
+
 def test_the_graders_own_output_inside_the_folder_is_no_submission(tmp_path):
     (tmp_path / "dave_lab01_autograd.ipynb").write_text(NOTEBOOK)
     (tmp_path / "out" / "feedback" / "dave").mkdir(parents=True)

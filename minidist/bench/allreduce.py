@@ -44,7 +44,7 @@ from minidist.bench import pricing
 from minidist.bench.pricing import RAW_MPI, predicted_time
 from minidist.comm.collectives.allreduce import ALGORITHMS, allreduce
 from minidist.comm.cost.mpich import LocalPrices, load_local_prices
-from minidist.comm.cost.network import NetworkModel, load_network_model
+from minidist.comm.cost.network import NetworkModel, load_network_model, network_model_path
 from minidist.comm.ops import DTYPES
 from minidist.comm.transport.communicator import Communicator
 from minidist.util.arguments import integer, listing, one_of, output_file, size
@@ -257,7 +257,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fit", choices=["each", "saved"], default="each",
                         help="each: fit the model at each size in this run (default); "
                         "saved: use the fit saved by python -m minidist.bench.fit")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.fit == "saved" and not network_model_path().exists():  # not the defaults, unsaid
+        parser.error(f"--fit saved: no fit saved at {network_model_path()}; run python -m "
+                     "minidist.bench.fit first")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w", encoding="utf-8") as out:
         tokens = write_lines(gensim_texts(args.gensim_wheel), out) if args.gensim_wheel else 0
         tokens += write_lines(debian_texts(), out)
+    if not tokens:  # an empty corpus would only fail later, in a trainer
+        os.remove(args.out)
+        parser.error("no source of text found: pass --gensim-wheel (pip download --no-deps "
+                     "gensim) or install the Debian packages the module docstring names")
     print(f"{args.out}: {tokens:,} tokens")
     return 0
 

@@ -53,7 +53,7 @@ import numpy as np
 from minidist import backend, glove
 from minidist.bench.glove_report import MB, device_target, report, targets
 from minidist.examples.options import choose_device
-from minidist.util.arguments import integer, number
+from minidist.util.arguments import integer, number, path_or
 
 
 def peak_mb(pid: int | str = "self") -> float:
@@ -156,7 +156,8 @@ def run_reference(binary: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", help="a text file or folder (default: the synthetic one)")
+    parser.add_argument("--corpus", type=path_or(),
+                        help="a text file or folder (default: the synthetic one)")
     parser.add_argument("--reference-binary", metavar="PATH", help="glove.c's `glove` binary")
     parser.add_argument("--min-count", type=integer(1), default=5)
     parser.add_argument("--window", type=integer(1), default=10)

@@ -99,11 +99,12 @@ def collect(folder: Path, release: dict[str, list[str]],
             skip: tuple[Path, ...] = ()) -> list[Submission]:
     """Every submission under ``folder``; ``release`` maps each lab to its notebook names.
     ``skip``: folders that are not submissions (the grader's output, put inside)."""
-    if (folder / "submitted").is_dir():
-        folder = folder / "submitted"
+    entries = sorted(folder.iterdir())
+    if (folder / "submitted").is_dir():  # nbgrader's layout, and flat files beside it
+        entries = sorted((folder / "submitted").iterdir()) + [e for e in entries if e.is_file()]
     found: list[Submission] = []
     skipped = {path.resolve() for path in skip}
-    for entry in sorted(folder.iterdir()):
+    for entry in entries:
         if entry.name.startswith(".") or entry.resolve() in skipped:
             continue
         found.extend(_nested(entry, release) if entry.is_dir() else [_flat(entry, release)])

@@ -56,6 +56,8 @@ import numpy as np
 
 from minidist.data.corpus import CorpusSource, download_text8, iter_pieces
 from minidist.data.vocab import Vocabulary, build_vocab
+from minidist.util.arguments import path_or
+from minidist.util.download import DownloadError
 
 CHUNK_TOKENS = 1 << 20
 
@@ -257,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m minidist.data.cooccur",
         description="Count word co-occurrences (GloVe's rules) and save them as .npz.")
-    parser.add_argument("corpus", help="a UTF-8 text file or folder, 'text8' or 'synthetic'")
+    parser.add_argument("corpus", type=path_or("text8", "synthetic"),
+                        help="a UTF-8 text file or folder, 'text8' or 'synthetic'")
     parser.add_argument("out", help="the .npz file to write")
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--max-vocab", type=int, default=None)
@@ -278,7 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
         source = generate_corpus(seed=args.seed, **options).lines
     elif args.corpus == "text8" and not os.path.exists("text8"):
-        source = download_text8()
+        try:
+            source = download_text8()
+        except DownloadError as err:  # offline: what to do instead, in its words
+            parser.error(str(err))
     vocab = build_vocab(source, min_count=args.min_count, max_size=args.max_vocab)
     counts = count_cooccurrences(source, vocab, window=args.window,
                                  symmetric=not args.asymmetric,

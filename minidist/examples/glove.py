@@ -63,6 +63,8 @@ from minidist.data.corpus import download_text8
 from minidist.data.synthetic_language import generate_corpus
 from minidist.data.vocab import build_vocab
 from minidist.examples.options import add_device_option, choose_device, integer, number, output_file
+from minidist.util.arguments import path_or
+from minidist.util.download import DownloadError
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
 # a GPU runs glove.c's loop as a kernel and mini-batches; the strict guard, mini-batches
@@ -157,7 +159,7 @@ def choose_strategy(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=None,
+    parser.add_argument("--corpus", type=path_or("synthetic", "text8"), default=None,
                         help="a text file or folder, or 'text8' (default: synthetic)")
     parser.add_argument("--min-count", type=integer(1), default=5)
     parser.add_argument("--window", type=integer(1), default=10)
@@ -185,7 +187,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     choose_strategy(parser, args)
 
     with tempfile.TemporaryDirectory(prefix="minidist-glove-") as folder:
-        source, analogies, similarity = prepare_corpus(args.corpus, args.seed, folder)
+        try:
+            source, analogies, similarity = prepare_corpus(args.corpus, args.seed, folder)
+        except DownloadError as err:  # offline: what to do instead, in its words
+            parser.error(str(err))
         analogies = Path(args.eval_analogies) if args.eval_analogies else analogies
         similarity = Path(args.eval_similarity) if args.eval_similarity else similarity
         start = time.perf_counter()

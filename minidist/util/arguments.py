@@ -74,6 +74,17 @@ def output_file(text: str) -> str:
     return text
 
 
+def path_or(*words: str) -> Callable[[str], str]:
+    """An argparse ``type``: one of ``words`` (``text8``, ``synthetic``), or a file or
+    folder that exists."""
+    def parse(text: str) -> str:
+        if text not in words and not os.path.exists(text):
+            also = f" (or one of {', '.join(words)})" if words else ""
+            raise argparse.ArgumentTypeError(f"no file or folder at {text!r}{also}")
+        return text
+    return parse
+
+
 def size(text: str) -> int:
     """A positive number of bytes, with an optional binary unit: ``8``, ``64K``, ``64KiB``,
     ``1M``, ``1Gi`` (K, M and G are 1024-based)."""
