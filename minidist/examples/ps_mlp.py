@@ -32,7 +32,6 @@ the requests the servers received (pushes and pulls; messages and bytes).
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from collections import deque
@@ -76,14 +75,13 @@ class SleepingStraggler:
 def parse_straggler(text: str) -> tuple[int, float]:
     """'3:2' -> (rank 3, 2x slower)."""
     rank, sep, factor = text.partition(":")
-    try:
-        parsed = int(rank), float(factor)
-    except ValueError:
-        parsed = None
-    if not sep or parsed is None or not 1 <= parsed[1] < math.inf:  # NaN fails it too
-        raise argparse.ArgumentTypeError(f"wants RANK:FACTOR with a finite FACTOR >= 1 (e.g. 3:2), "
-                                         f"got {text!r}")
-    return parsed
+    try:  # each half a kind of value the command lines share (util.arguments)
+        if sep:
+            return integer(0)(rank), number(least=1)(factor)
+    except argparse.ArgumentTypeError:
+        pass
+    raise argparse.ArgumentTypeError(f"wants RANK:FACTOR with a finite FACTOR >= 1 (e.g. 3:2), "
+                                     f"got {text!r}")
 
 
 def ps_options(args: argparse.Namespace, ranks: int) -> dict:
