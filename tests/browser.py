@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -47,7 +48,8 @@ class Browser:
             [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
              "--disable-dev-shm-usage", "--remote-debugging-port=0",
              f"--user-data-dir={self.profile.name}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "TMPDIR": self.profile.name})  # its singleton folder goes too
         try:
             self._connect()
         except BaseException:

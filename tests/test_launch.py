@@ -19,7 +19,7 @@ from minidist.comm import RankError
 from minidist.comm.transport.mpirun import JOB_MARK
 from minidist.util.mpiexec import env_args, rank_environment
 from minidist.util.processes import stop_process_tree
-from minidist.util.shm import PREFIX, SHM, remove_left_segments
+from minidist.util.shm import PREFIX, SHM, TOPOLOGY_FILES, remove_left_segments
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
@@ -192,6 +192,22 @@ def test_only_segments_nobody_maps_are_removed(tmp_path):
         assert remove_left_segments(since) == [left]
         assert used.exists() and not left.exists()
     used.unlink()
+
+
+def test_only_topology_files_nobody_holds_open_are_removed():
+    """Hydra's proxy holds its /tmp/hydra_hwloc_xmlfile_* open while its job runs; a killed
+    job's stays behind (743 of them had piled up here), an open one is another job's."""
+    folder, prefix = TOPOLOGY_FILES
+    if not folder.is_dir():
+        pytest.skip(f"no {folder} here")
+    since = time.time()
+    held, left = (folder / f"{prefix}test{os.getpid()}_{k}" for k in (0, 1))
+    for path in (held, left):
+        path.write_text("<topology/>")
+    with open(held):
+        assert remove_left_segments(since) == [left]
+        assert held.exists() and not left.exists()
+    held.unlink()
 
 
 @pytest.mark.mpi

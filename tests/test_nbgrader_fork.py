@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from minidist.course.isolation import remove_shared_memory, run_nbgrader_isolated
+from minidist.course.isolation import remove_left_files, run_nbgrader_isolated
 from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.release import nbgrader_env
 
@@ -64,13 +64,19 @@ def test_a_server_that_died_is_started_again_and_close_leaves_nothing(server, tm
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
-def test_a_sandbox_users_shared_memory_is_removed_and_no_one_elses(tmp_path):
+def test_a_sandbox_users_left_files_are_removed_and_no_one_elses(tmp_path):
     """What a student's run leaves in /dev/shm (MPICH's segment when its MPI ranks are
-    stopped) goes with it; the same folder's other files stay."""
-    theirs, mine = tmp_path / "mpich_shm_abc_0", tmp_path / "psm_mine"
-    for path in (theirs, mine):
+    stopped) and in /tmp (hydra's topology file, a folder of the student's) goes with it;
+    the same folders' other files stay."""
+    shm, tmp = tmp_path / "shm", tmp_path / "tmp"
+    theirs = [shm / "mpich_shm_abc_0", tmp / "hydra_hwloc_xmlfile_abc", tmp / "made" / "f"]
+    mine = [shm / "psm_mine", tmp / "mine"]
+    for path in theirs + mine:
+        path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"x")
-    os.chown(theirs, 61234, 61234)
-    assert remove_shared_memory(61234, shm=tmp_path) == 1
-    assert not theirs.exists() and mine.exists()
+    for path in (theirs[0], theirs[1], theirs[2].parent, theirs[2]):
+        os.chown(path, 61234, 61234)
+    assert remove_left_files(61234, folders=(shm, tmp)) == 3
+    assert not any(path.exists() for path in theirs) and not (tmp / "made").exists()
+    assert all(path.exists() for path in mine)
 

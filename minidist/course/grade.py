@@ -216,7 +216,7 @@ class Grader:
         finally:
             if uid is not None:
                 isolation.kill_user(uid)
-                isolation.remove_shared_memory(uid)
+                isolation.remove_left_files(uid)
                 with self._lock:
                     self._uids.discard(uid)
             shutil.rmtree(workdir, ignore_errors=True)

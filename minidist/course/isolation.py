@@ -8,10 +8,11 @@ kernel, which is what runs student code, starts in ``sandbox.py``; when the
 grader is root it runs as a user id of its own (``pick_uid``), so it cannot
 open the private folder, the gradebook or anyone else's work, and after the
 run every process still owned by that uid is killed (``kill_user``), however
-it tried to escape (double fork, ``setsid``), and every file it left in
-``/dev/shm`` is removed (``remove_shared_memory``: MPICH's segment of a lab's
-MPI ranks, stopped mid-run, would otherwise hold its memory until the machine
-restarts, as would anything the student's code put there). Without root, the nbgrader run's
+it tried to escape (double fork, ``setsid``), and everything it left in
+``/dev/shm`` and ``/tmp`` is removed (``remove_left_files``: MPICH's segment of a
+lab's MPI ranks, stopped mid-run, would otherwise hold its memory until the
+machine restarts, and its launcher's topology file would stay in ``/tmp``, as
+would anything the student's code put there). Without root, the nbgrader run's
 process tree and process group are stopped instead
 (:func:`minidist.util.processes.stop_process_tree`); a process that left both
 with a double fork and ``setsid`` would survive, one more reason to grade as
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -79,15 +81,21 @@ def kill_user(uid: int, attempts: int = 50) -> int:
     return killed
 
 
-def remove_shared_memory(uid: int, shm: Path = Path("/dev/shm")) -> int:
-    """Remove the files ``uid`` owns in ``shm``, once it owns no process; returns how many."""
+def remove_left_files(uid: int, folders: tuple[Path, ...] = (Path("/dev/shm"), Path("/tmp"))
+                      ) -> int:
+    """Remove what ``uid`` owns at the top of ``folders``, once it owns no process; returns
+    how many entries (a folder with all it holds counts once)."""
     removed = 0
-    for path in shm.glob("*") if shm.is_dir() else ():
+    for path in (path for folder in folders if folder.is_dir() for path in folder.iterdir()):
         try:
-            if path.lstat().st_uid == uid:
+            if path.lstat().st_uid != uid:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
                 path.unlink()
-                removed += 1
-        except OSError:  # gone meanwhile, or a folder: left alone
+            removed += 1
+        except OSError:  # gone meanwhile
             pass
     return removed
 

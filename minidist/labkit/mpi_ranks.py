@@ -46,6 +46,7 @@ from minidist.labkit.ranks import run_ranks
 from minidist.labkit.relay import COUNTERS
 from minidist.util.mpiexec import mpiexec_command, rank_environment
 from minidist.util.processes import stop_process_tree
+from minidist.util.shm import remove_left_segments
 
 START_S = 60.0  # for the MPI processes to start and join the grader
 
@@ -59,6 +60,7 @@ class MPIRanks:
         self.job: subprocess.Popen | None = None
 
     def __enter__(self) -> MPIRanks:
+        self.started = time.time()
         folder = tempfile.mkdtemp(prefix="minidist-mpi-ranks-")
         path = os.path.join(folder, "line")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -150,6 +152,7 @@ class MPIRanks:
             except subprocess.TimeoutExpired:
                 pass
             stop_process_tree(self.job)
+            remove_left_segments(self.started)  # what MPICH leaves when its ranks are stopped
             self.said.close()
 
 

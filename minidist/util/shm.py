@@ -1,12 +1,15 @@
-"""Shared-memory segments a stopped MPI job left behind.
+"""Files a stopped MPI job left behind.
 
 MPICH maps one segment per host for the ranks of a job (``/dev/shm/mpich_shm_*``,
-several MB) and removes it in ``MPI_Finalize``: never when a rank is killed or
-the job aborts, which is how every failed or timed-out job ends. Each one then
-holds its memory until the machine restarts. So whoever stops a job, once it is
+several MB) and removes it in ``MPI_Finalize``; its launcher's proxy writes the
+host's topology to ``/tmp/hydra_hwloc_xmlfile_*`` (a path it does not let one
+change), holds it open for the job and removes it when it exits. Neither is
+removed when a rank is killed or the job is stopped, which is how every failed
+or timed-out job ends: each segment then holds its memory until the machine
+restarts, and the topology files pile up. So whoever stops a job, once it is
 stopped, calls :func:`remove_left_segments` with the time the job started: it
-removes this user's segments made since then that no process maps any more.
-A segment another job still uses is mapped by that job's ranks, and stays.
+removes this user's such files made since then that no process maps or holds
+open. Another job's are mapped or open in that job's processes, and stay.
 """
 
 from __future__ import annotations
@@ -19,36 +22,38 @@ import psutil
 
 SHM = Path("/dev/shm")
 PREFIX = "mpich_shm_"
+TOPOLOGY_FILES = Path("/tmp"), "hydra_hwloc_xmlfile_"
+LEFT_BY_A_JOB = (SHM, PREFIX), TOPOLOGY_FILES
 
 
-def mapped_segments() -> set[str]:
-    """The paths under /dev/shm that a process of this user maps (its ``/proc/PID/maps``)."""
+def paths_in_use() -> set[str]:
+    """The files a process of this user maps (its ``/proc/PID/maps``) or holds open."""
     me, found = os.getuid(), set()
     for process in psutil.process_iter(["uids"]):
         uids = process.info["uids"]
         if uids is None or uids.real != me:
             continue
-        with suppress(OSError):
+        with suppress(OSError, psutil.Error):
             with open(f"/proc/{process.pid}/maps") as maps:
                 found.update(line.split(maxsplit=5)[5].strip() for line in maps
                              if f" {SHM}/" in line)
+            found.update(file.path for file in process.open_files())
     return found
 
 
 def remove_left_segments(since: float) -> list[Path]:
-    """Remove this user's MPICH segments made at or after ``since`` (a ``time.time()``)
-    that no process maps; returns them."""
-    if not SHM.is_dir():  # not Linux: MPICH keeps its segments elsewhere, if at all
-        return []
+    """Remove this user's MPICH segments and topology files made at or after ``since``
+    (a ``time.time()``) that no process maps or holds open; returns them."""
     me, candidates = os.getuid(), []
-    for path in SHM.glob(f"{PREFIX}*"):
-        with suppress(OSError):
-            status = path.stat()
-            if status.st_uid == me and status.st_ctime >= since:
-                candidates.append(path)
+    for folder, prefix in LEFT_BY_A_JOB:
+        for path in folder.glob(f"{prefix}*") if folder.is_dir() else ():
+            with suppress(OSError):
+                status = path.stat()
+                if status.st_uid == me and status.st_ctime >= since:
+                    candidates.append(path)
     if not candidates:
         return []
-    in_use = mapped_segments()
+    in_use = paths_in_use()
     left = [path for path in candidates if str(path) not in in_use]
     for path in left:
         path.unlink(missing_ok=True)
