@@ -10,7 +10,7 @@ import importlib
 import pytest
 from mpi_example import run_under_mpiexec
 
-from minidist.examples.options import integer, number, output_file
+from minidist.examples.options import image_file, integer, number, output_file
 
 
 def test_integer_takes_whole_numbers_from_its_least():
@@ -38,6 +38,32 @@ def test_output_file_makes_its_folder_and_refuses_a_folder_or_an_unwritable_plac
     blocker.write_text("")
     with pytest.raises(argparse.ArgumentTypeError, match="cannot make the folder"):
         output_file(str(blocker / "plot.png"))
+
+
+def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):
+    for name in ("plot.png", "plot.PDF", "deep/plot.svg"):
+        assert image_file(str(tmp_path / name)) == str(tmp_path / name)
+    for name in ("plot.txt", "plot"):
+        with pytest.raises(argparse.ArgumentTypeError, match="name the plot's file with one of"):
+            image_file(str(tmp_path / name))
+
+
+@pytest.mark.parametrize("module, options, message", [
+    ("bench.scaling", ["--plot", "scaling.txt"], "argument --plot: 'scaling.txt': name the"),
+    ("bench.allreduce", ["--plot", "busbw.csv"], "argument --plot: 'busbw.csv': name the"),
+    ("examples.ps_staleness", ["--plot", "out"], "argument --plot: 'out': name the plot's"),
+    ("examples.pipeline", ["--gantt", "g.html"], "argument --gantt: 'g.html': name the"),
+    ("bench.fit", ["--out", "."], "argument --out: '.' is a folder; give a file's name"),
+])
+def test_an_output_the_run_could_not_write_is_refused_before_it(module, options, message,
+                                                                 capsys):
+    """Found after the whole sweep or fit before: a plot matplotlib cannot save, a fit
+    saved over a folder."""
+    main = importlib.import_module(f"minidist.{module}").main
+    with pytest.raises(SystemExit) as exit_:
+        main(options)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("example, options, message", [

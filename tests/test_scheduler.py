@@ -1,6 +1,7 @@
 """The in-process ranks as cooperative tasks: deterministic, exact about deadlocks, and many."""
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -60,6 +61,56 @@ def test_a_cycle_of_waits_is_a_deadlock_at_once():
     with pytest.raises(RankError, match=r"never matched \(deadlock: rank \d+ is blocked in "
                                         r"recv from rank \d+ tag 3\)"):
         LocalCluster(512).run(fn)
+
+
+def test_a_deadlock_names_what_every_rank_is_blocked_in():
+    """Not only the first rank's peers: here the culprit, rank 3 in a barrier, is named
+    in the error the caller sees (rank 0's)."""
+    def fn(c):
+        if c.rank == 3:
+            c.barrier()
+        else:
+            c.recv(np.empty(1), (c.rank + 1) % c.size)
+
+    with pytest.raises(RankError) as info:
+        LocalCluster(4).run(fn)
+    assert "blocked: rank 0 in recv from rank 1 tag 0; rank 1 in recv from rank 2 tag 0; " \
+           "rank 2 in recv from rank 3 tag 0; rank 3 in barrier" in str(info.value)
+    with pytest.raises(RankError, match=r"; and 504 more"):  # a long list is cut
+        LocalCluster(512).run(lambda c: c.recv(np.empty(1), (c.rank + 1) % c.size))
+
+
+def test_polling_a_receive_from_a_rank_that_ended_raises_at_once():
+    """A loop of test() on a receive no rank can complete any more is reported as a
+    blocking receive would be, not left to spin until the timeout."""
+    def fn(c):
+        if c.rank == 0:
+            request = c.irecv(np.empty(1), 1)
+            while not request.test():
+                pass
+
+    with pytest.raises(RankError, match=r"rank 0: recv from rank 1 tag 0 never matched "
+                                        r"\(rank 1 finished\)"):
+        LocalCluster(2).run(fn, timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_after_a_timeout_a_polling_rank_stops_and_the_collector_is_restored():
+    """Two ranks polling each other for ever: the run times out, and the ranks' thread
+    then stops at its next test() instead of spinning on (and keeping the collector's
+    run-time threshold) for the rest of the process."""
+    def fn(c):
+        request = c.irecv(np.empty(1), 1 - c.rank)
+        while not request.test():
+            pass
+
+    before = gc.get_threshold()
+    with pytest.raises(TimeoutError):
+        LocalCluster(2).run(fn, timeout=1)
+    runner = next(t for t in threading.enumerate() if t.name == "minidist-ranks")
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert gc.get_threshold() == before
 
 
 def test_a_rank_polling_test_lets_the_others_run():

@@ -47,7 +47,7 @@ from minidist.comm.cost.mpich import LocalPrices, load_local_prices
 from minidist.comm.cost.network import NetworkModel, load_network_model, network_model_path
 from minidist.comm.ops import DTYPES
 from minidist.comm.transport.communicator import Communicator
-from minidist.util.arguments import integer, listing, one_of, output_file, size
+from minidist.util.arguments import image_file, integer, listing, one_of, output_file, size
 from minidist.util.mpiexec import run_module_under_mpi
 from minidist.util.pages import page_aligned_empty
 
@@ -253,7 +253,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=integer(1), default=4,
                         help="per size: rounds of (fit, iters/rounds calls of each algorithm)")
     parser.add_argument("--csv", type=output_file, help="write the rows to this CSV file")
-    parser.add_argument("--plot", type=output_file, help="save busbw vs size to this PNG")
+    parser.add_argument("--plot", type=image_file, help="save busbw vs size to this PNG")
     parser.add_argument("--fit", choices=["each", "saved"], default="each",
                         help="each: fit the model at each size in this run (default); "
                         "saved: use the fit saved by python -m minidist.bench.fit")

@@ -55,7 +55,7 @@ from minidist.bench.host_bus import (  # noqa: F401 (pricing.py's and the tests'
 )
 from minidist.comm.cost.mpich import FRESH_FROM
 from minidist.comm.cost.network import NetworkModel, network_model_path, save_network_model
-from minidist.util.arguments import size
+from minidist.util.arguments import output_file, size
 from minidist.util.mpiexec import run_module_under_mpi
 from minidist.util.pages import page_aligned_empty
 
@@ -223,7 +223,8 @@ def fit(mpi_comm, sizes: list[int] = SIZES, host_sizes: list[int] | None = None,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description="Fit alpha, beta, gamma on this machine.")
-    parser.add_argument("--out", help=f"where to save (default {network_model_path()})")
+    parser.add_argument("--out", type=output_file,
+                        help=f"where to save (default {network_model_path()})")
     parser.add_argument("--dry-run", action="store_true", help="print the fit, save nothing")
     parser.add_argument("--max-size", type=size, default="64M",
                         help="the largest message (default 64M; "

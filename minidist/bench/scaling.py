@@ -29,7 +29,7 @@ import numpy as np
 
 from minidist.comm import LocalCluster, NetworkModel, allreduce
 from minidist.comm.cost import predict
-from minidist.util.arguments import integer, listing, number, output_file
+from minidist.util.arguments import image_file, integer, listing, number
 from minidist.util.arguments import size as byte_size
 
 ALGORITHMS = ("naive", "ps", "ring", "tree", "double_tree", "recursive_doubling")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-ranks", type=integer(2), default=4096)
     parser.add_argument("--simulate-up-to", type=integer(0), default=0, metavar="P",
                         help="also run the simulator up to P ranks and compare")
-    parser.add_argument("--plot", type=output_file, default=None,
+    parser.add_argument("--plot", type=image_file, default=None,
                         help="save the plot as this PNG")
     args = parser.parse_args(argv)
     network = NetworkModel(alpha=args.latency, beta=1 / args.bandwidth,

@@ -39,7 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, world
-from minidist.examples.options import integer, number, output_file
+from minidist.examples.options import image_file, integer, number
 from minidist.models.mlp import accuracy, classification_loss
 from minidist.optim import SGD
 from minidist.parallel.ps.fedavg import (
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, FedRun] | None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=number(least=0, most=1), default=0.93,
                         help="report the rounds each run needs to reach this accuracy")
-    parser.add_argument("--plot", type=output_file,
+    parser.add_argument("--plot", type=image_file,
                         help="save the accuracy curves (and the shards) here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)

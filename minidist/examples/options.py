@@ -33,7 +33,12 @@ from contextlib import contextmanager
 
 from minidist import backend
 from minidist.comm import Communicator, LocalCommunicator
-from minidist.util.arguments import integer, number, output_file  # noqa: F401 (the examples')
+from minidist.util.arguments import (  # noqa: F401 (the examples')
+    image_file,
+    integer,
+    number,
+    output_file,
+)
 
 DEVICES = ("cpu", "cuda", "strict")
 

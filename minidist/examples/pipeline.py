@@ -60,10 +60,10 @@ from minidist.examples.mlp import OPTIMIZERS, make_optimizer
 from minidist.examples.options import (
     add_device_option,
     choose_device,
+    image_file,
     integer,
     number,
     options_checked,
-    output_file,
     run_ranks,
 )
 from minidist.models.mlp import build_mlp
@@ -160,7 +160,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--micro-batches", type=integer(1), default=8, help="M per batch")
     parser.add_argument("--rematerialise", action="store_true",
                         help="keep only each stage's input; recompute the rest in backward")
-    parser.add_argument("--gantt", type=output_file, default=None,
+    parser.add_argument("--gantt", type=image_file, default=None,
                         help="PNG of the last mini-batch's schedule")
     parser.add_argument("--epochs", type=integer(1), default=20)
     parser.add_argument("--batch-size", type=integer(1), default=32)

@@ -26,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import LocalCluster
-from minidist.examples.options import integer, output_file
+from minidist.examples.options import image_file, integer
 from minidist.parallel.ps.hotspots import assemble, mf_layout, ratings, rmse, train_mf
 from minidist.parallel.ps.sparse_race import race
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=integer(1), default=4)
     parser.add_argument("--steps", type=integer(1), default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=output_file, help="save the load chart here (PNG)")
+    parser.add_argument("--plot", type=image_file, help="save the load chart here (PNG)")
     parser.add_argument("--race", action="store_true",
                         help="Hogwild against a parameter server instead")
     parser.add_argument("--race-steps", type=integer(1), default=200)

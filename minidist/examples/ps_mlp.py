@@ -40,7 +40,13 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, LocalCommunicator, Straggler, allreduce, world
-from minidist.examples.options import integer, number, options_checked, output_file, run_ranks
+from minidist.examples.options import (
+    image_file,
+    integer,
+    number,
+    options_checked,
+    run_ranks,
+)
 from minidist.parallel.ps import ServerOptimizer, consistency
 from minidist.parallel.ps.training import train_mlp
 
@@ -193,7 +199,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=integer(1), default=10,
                         help="worker 0 scores every k clocks")
     parser.add_argument("--target", type=number(above=0), default=0.3, help="the test loss to time")
-    parser.add_argument("--plot", type=output_file, default=None,
+    parser.add_argument("--plot", type=image_file, default=None,
                         help="save worker 0's loss against time (PNG)")
     parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default 4)")

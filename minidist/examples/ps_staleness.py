@@ -26,7 +26,7 @@ import time
 
 from tqdm import tqdm
 
-from minidist.examples.options import integer, number, output_file
+from minidist.examples.options import image_file, integer, number
 from minidist.parallel.ps.simulator import (
     COMPUTE,
     DEFAULT_LR,
@@ -144,7 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", type=lambda s: [float(x) for x in s.split(",")],
                         default=[1.0, 0.7, 0.5, 0.3], help="test losses the races time")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=output_file, default=None, help="save the figure here (PNG)")
+    parser.add_argument("--plot", type=image_file, default=None, help="save the figure here (PNG)")
     args = parser.parse_args(argv)
     for method in args.methods:
         if method not in METHODS:

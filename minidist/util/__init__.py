@@ -9,6 +9,8 @@
   function as a lab task's answer (``labkit.blocked`` blocks it while that task is checked).
 - :mod:`~minidist.util.pages`: ``page_aligned_empty``, a buffer that starts on a page
   (where a buffer lies can slow a copy several times).
+- :mod:`~minidist.util.values`: ``whole``, ``finite``, a library argument's checks (a
+  ``ValueError`` naming it); :mod:`~minidist.util.arguments` does the same for command lines.
 
 The first two are imported here; import the others from their modules.
 """

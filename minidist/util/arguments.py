@@ -5,7 +5,7 @@ in the examples (``examples/options.py``) and the benchmarks alike.
     parser.add_argument("--batch-size", type=integer(1), default=32)
     parser.add_argument("--lr", type=number(above=0))
     parser.add_argument("--sizes", type=listing(size), default="8,64K,64M")
-    parser.add_argument("--plot", type=output_file)
+    parser.add_argument("--plot", type=image_file)
 """
 
 from __future__ import annotations
@@ -72,6 +72,19 @@ def output_file(text: str) -> str:
     if not os.access(path.parent, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}")
     return text
+
+
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".webp", ".gif", ".tif", ".tiff",
+                  ".eps", ".ps", ".svgz", ".pgf")  # what matplotlib's savefig writes
+
+
+def image_file(text: str) -> str:
+    """An argparse ``type``: an :func:`output_file` for a plot, whose suffix names a format
+    matplotlib saves (``.png``, ``.pdf``, ``.svg``, ...)."""
+    if Path(text).suffix.lower() not in IMAGE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text!r}: name the plot's file with one of "
+                                         f"{', '.join(IMAGE_SUFFIXES)}")
+    return output_file(text)
 
 
 def path_or(*words: str) -> Callable[[str], str]:

@@ -5,7 +5,10 @@ shared memory bus, ``model.STREAMS``); and every rank's clock after an
 allreduce up and down the tree, stepped with the in-process transport's
 rules. ``model.py`` prices the trees with them (``tree_cost``,
 ``double_tree_cost``); they are apart because they walk the schedule step by
-step, where the other algorithms' costs are closed forms.
+step, where the other algorithms' costs are closed forms. A tree's ranks do
+not start together after the agreement check when P is not a power of two
+(the ranks folded into recursive doubling leave it one message later), so
+the check's per-rank clocks are here too (:func:`doubling_clocks`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,19 @@ def tree_clocks(p: int, nbytes: int, net: NetworkModel, start: list[float],
         for child in _children(q, p):
             sent[child], t[q] = t[q], t[q] + m
     return [t[rank(k)] for k in range(p)]  # rank(rank(k)) = k
+
+
+def doubling_clocks(p: int, nbytes: int, reduced: int, net: NetworkModel) -> list[float]:
+    """Each rank's clock after ``recursive_doubling_allreduce`` of ``nbytes`` (``reduced``
+    bytes combined a round), all starting at 0: the fold takes m + r on the odd ranks below
+    2e; every round of the doubling sets both partners to the later one's clock + m + r,
+    so after log2 P' rounds every rank of it is at the latest start + L (m + r); the
+    unfold adds m on the ranks below 2e (the even ones waited since their fold)."""
+    m, r = net.message_time(nbytes), net.reduce_time(reduced)
+    pof2 = 1 << (p.bit_length() - 1)
+    extra, steps = p - pof2, pof2.bit_length() - 1
+    doubled = (m + r if extra else 0.0) + steps * (m + r)
+    return [doubled + m if rank < 2 * extra else doubled for rank in range(p)]
 
 
 def _widest_tree_level(p: int) -> int:

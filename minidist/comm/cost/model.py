@@ -39,10 +39,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
-from minidist.comm.cost.heap_tree import _children, _widest_tree_level, tree_clocks
+from minidist.comm.cost.heap_tree import (
+    _children,
+    _widest_tree_level,
+    doubling_clocks,
+    tree_clocks,
+)
 from minidist.comm.cost.network import NetworkModel
 from minidist.util import chunk_bounds
 from minidist.util.answers import lab_answer
+from minidist.util.values import whole
 
 
 @dataclass
@@ -162,26 +168,31 @@ def _trees_cost(name: str, p: int, halves: list[int], net: NetworkModel) -> Cost
             cost.messages_recv[rank] += edges
             cost.bytes_sent[rank] += edges * part
             cost.bytes_recv[rank] += edges * part
-
-    def time(m: NetworkModel) -> float:
-        clocks = [0.0] * p
-        for k, part in enumerate(halves):
-            clocks = tree_clocks(p, part, m, clocks, mirrored=k % 2 == 1)
-        return max(clocks)
-
-    cost.time, cost.rounds = _timed(time, net)
+    cost.time, cost.rounds = _timed(lambda m: _trees_time(p, halves, m, [0.0] * p), net)
     cost.fan_in = min(2, p - 1)
     return cost
 
 
+def _trees_time(p: int, halves: list[int], net: NetworkModel, start: list[float]) -> float:
+    """The latest rank's clock after the trees of ``_trees_cost``, from clocks ``start``."""
+    clocks = start
+    for k, part in enumerate(halves):
+        clocks = tree_clocks(p, part, net, clocks, mirrored=k % 2 == 1)
+    return max(clocks)
+
+
+TREE_PARTS = {"tree": lambda nbytes, itemsize: [nbytes],  # the bytes of each tree, in turn
+              "double_tree": lambda nbytes, itemsize: _parts(nbytes, itemsize, 2)}
+
+
 def tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """The heap tree: up (children 2r+1, 2r+2 in turn), then down."""
-    return _trees_cost("tree", p, [nbytes], net)
+    return _trees_cost("tree", p, TREE_PARTS["tree"](nbytes, itemsize), net)
 
 
 def double_tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """The heap tree on the first half, then its mirror image on the second."""
-    return _trees_cost("double_tree", p, _parts(nbytes, itemsize, 2), net)
+    return _trees_cost("double_tree", p, TREE_PARTS["double_tree"](nbytes, itemsize), net)
 
 
 def mpi_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
@@ -226,10 +237,13 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
     return cost
 
 
-def _network(algorithm: str, nbytes: int, itemsize: int,
+def _network(algorithm: str, world_size: int, nbytes: int, itemsize: int,
              network: NetworkModel | None) -> NetworkModel:
     if algorithm not in MODELS:
         raise ValueError(f"no cost model for {algorithm!r}; use one of {list(MODELS)}")
+    whole("world_size", world_size, least=1)
+    whole("nbytes", nbytes)
+    whole("itemsize", itemsize, least=1)
     if nbytes % itemsize:
         raise ValueError(f"{nbytes} bytes is not a whole number of {itemsize}-byte items")
     return NetworkModel() if network is None else network
@@ -240,7 +254,7 @@ def schedule_cost(algorithm: str, world_size: int, nbytes: int, itemsize: int = 
                   network: NetworkModel | None = None) -> Cost:
     """The :class:`Cost` of the algorithm's function called directly on ``nbytes`` bytes
     (every message priced at its own size, as outside ``comm.allreduce``)."""
-    network = _network(algorithm, nbytes, itemsize, network)
+    network = _network(algorithm, world_size, nbytes, itemsize, network)
     return MODELS[algorithm](world_size, nbytes, itemsize, network)
 
 
@@ -256,10 +270,11 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     memory bus (``NetworkModel.sharing``, ``STREAMS``): a prediction of an MPI
     run on one host, which the in-process clock does not follow.
     ``check=True`` adds the agreement check that ``allreduce`` runs by
-    default (:func:`check_cost`); its time is then the sum of the two
-    parts (exact when P is a power of two: all ranks leave the check at once).
+    default (:func:`check_cost`): its time is then the sum of the two parts,
+    but for the trees, whose ranks start as each leaves the check
+    (``heap_tree.doubling_clocks``); exact at any P.
     """
-    network = _network(algorithm, nbytes, itemsize, network)
+    network = _network(algorithm, world_size, nbytes, itemsize, network)
     if world_size == 1 or nbytes == 0:
         cost = _empty(algorithm, world_size, nbytes)
     else:
@@ -275,6 +290,12 @@ def predict(algorithm: str, world_size: int, nbytes: int, itemsize: int = 8,
     for key in ("messages_sent", "messages_recv", "bytes_sent", "bytes_recv"):
         setattr(cost, key, [a + b for a, b in zip(getattr(cost, key), getattr(header, key),
                                                   strict=True)])
-    cost.time, cost.rounds = cost.time + header.time, cost.rounds + header.rounds
+    if algorithm in TREE_PARTS:  # a tree's leaves start before the ranks folded into the check
+        halves = TREE_PARTS[algorithm](nbytes, itemsize)
+        cost.time, cost.rounds = _trees_time(world_size, halves, shared, doubling_clocks(
+            world_size, PACKET_BYTES, 0, network)), round(_trees_time(
+                world_size, halves, UNIT, doubling_clocks(world_size, PACKET_BYTES, 0, UNIT)))
+    else:
+        cost.time, cost.rounds = cost.time + header.time, cost.rounds + header.rounds
     cost.fan_in = max(cost.fan_in, header.fan_in)
     return cost

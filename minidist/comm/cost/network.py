@@ -93,6 +93,8 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from minidist.util.values import finite
+
 DEFAULT_ALPHA = 1.5e-6  # seconds per message (one-way latency)
 DEFAULT_BETA = 1.5e-10  # seconds per byte
 DEFAULT_GAMMA = 5e-11  # seconds per byte reduced
@@ -115,11 +117,16 @@ class NetworkModel:
     ranks_per_host: int = 0  # ranks that share one memory bus; 0: all of them
 
     def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):  # a negative or NaN price breaks every clock
+            object.__setattr__(self, name, finite(name, getattr(self, name)))
         for name in ("curve", "host_curve"):
             points = tuple((int(n), float(a), float(b)) for n, a, b in getattr(self, name))
             if any(n <= 0 for n, _, _ in points) or list(points) != sorted(points):
                 raise ValueError(f"{name}: points must have positive, increasing sizes")
             object.__setattr__(self, name, points)
+        if not all(math.isfinite(b) and math.isfinite(g) and b >= 0 and g >= 0
+                   for _, b, g in self.curve):
+            raise ValueError("curve: beta and gamma must be finite numbers >= 0")
         if any(alone <= 0 or together <= 0 for _, alone, together in self.host_curve):
             raise ValueError("host_curve: bandwidths must be positive")
         if self.ranks_per_host < 0:

@@ -31,6 +31,7 @@ import itertools
 import threading
 import traceback
 from collections.abc import Callable, Mapping
+from numbers import Integral
 from typing import Any
 
 from minidist.comm.cost.network import NetworkModel
@@ -40,6 +41,7 @@ from minidist.comm.transport.local import LocalCommunicator, RankState, Straggle
 from minidist.comm.transport.scheduler import run_ranks
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_enabled
+from minidist.util.values import whole
 
 
 class LocalCluster:
@@ -61,18 +63,19 @@ class LocalCluster:
                  stragglers: Mapping[int, Straggler | float] | None = None,
                  failures: Mapping[int, int] | None = None,
                  eager_limit: int | None = None, trace: bool | None = None) -> None:
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        world_size = whole("world_size", world_size, least=1)
         for rank in [*(stragglers or {}), *(failures or {})]:
-            if not 0 <= rank < world_size:
-                raise ValueError(f"straggler/failure for rank {rank}, but ranks are "
+            if isinstance(rank, bool) or not isinstance(rank, Integral) \
+                    or not 0 <= rank < world_size:
+                raise ValueError(f"straggler/failure for rank {rank!r}, but ranks are "
                                  f"0..{world_size - 1}")
         self.world_size = world_size
         self.network = network if network is not None else NetworkModel()
         self.stragglers = {r: s if isinstance(s, Straggler) else Straggler(delay=float(s))
                            for r, s in (stragglers or {}).items()}
-        self.failures = dict(failures or {})
-        self.eager_limit = eager_limit
+        self.failures = {r: whole(f"failures[{r}] (calls that work before it fails)", after)
+                         for r, after in (failures or {}).items()}
+        self.eager_limit = None if eager_limit is None else whole("eager_limit", eager_limit)
         self.trace = trace_enabled() if trace is None else trace
         self.stats: list[LocalStats] = [LocalStats() for _ in range(world_size)]
 

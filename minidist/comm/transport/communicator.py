@@ -26,12 +26,12 @@ def check_point_to_point(rank: int, size: int, kind: str, peer: int, tag: int,
                          buf: object) -> None:
     """What a transport refuses of a send or receive, in the same words on every
     transport that checks in Python: a peer that is not an integer in ``0..size-1``, a
-    negative tag, a buffer that is not a C-contiguous numpy array."""
+    tag that is not an integer >= 0, a buffer that is not a C-contiguous numpy array."""
     if type(peer) is not int and not isinstance(peer, np.integer) or not 0 <= peer < size:
         raise ValueError(f"rank {rank}: {kind} with rank {peer!r}, "
                          f"but the communicator has ranks 0..{size - 1}")
-    if tag < 0:
-        raise ValueError(f"rank {rank}: {kind} tag must be >= 0, got {tag}")
+    if not isinstance(tag, (int, np.integer)) or tag < 0:
+        raise ValueError(f"rank {rank}: {kind} tag must be an integer >= 0, got {tag!r}")
     if not (isinstance(buf, np.ndarray) and buf.flags.c_contiguous):
         raise ValueError(f"rank {rank}: {kind} needs a C-contiguous numpy array "
                          f"(use np.ascontiguousarray), got {type(buf).__name__}")

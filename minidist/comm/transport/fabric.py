@@ -40,6 +40,8 @@ import numpy as np
 
 from minidist.comm.errors import CommError
 
+SHOWN_WAITS = 8  # a deadlock's error names this many ranks' waits, then counts the rest
+
 
 @dataclass(slots=True)
 class Message:
@@ -210,9 +212,18 @@ class Fabric:
         self.queued.discard(world_rank)
         return world_rank
 
-    def pass_turn(self, world_rank: int) -> None:
+    def pass_turn(self, world_rank: int, wait: Wait | None = None) -> None:
         """Let the other ranks run before this one goes on (a request that tested
-        incomplete: it cannot complete unless someone else runs)."""
+        incomplete, ``wait``: it cannot complete unless someone else runs). Raises
+        :class:`CommError` once the run is abandoned, or when every rank that could
+        complete ``wait`` has ended: a loop of tests would otherwise spin for ever."""
+        if self.aborted:
+            what = f"{wait.what} " if wait is not None else ""
+            raise CommError(f"rank {wait.rank if wait else world_rank}: {what}abandoned: "
+                            f"{self.aborted}")
+        if wait is not None and all(peer in self.ended for _, peer in wait.peers()):
+            raise CommError(f"rank {wait.rank}: {wait.what} never matched "
+                            f"({self._explain(wait)})")
         if self.yield_turn is not None:
             self.queue_turn(world_rank)
             self.yield_turn()
@@ -240,11 +251,18 @@ class Fabric:
                 self.verdicts[w] = f"rank {wait.rank}: {wait.what} never matched " \
                                    f"({self._explain(wait)})"
         if not self.verdicts:  # every waiting rank waits on another: a deadlock
+            everyone = self._every_wait(blocked)
             for w in blocked:
                 wait = self.waiting[w]
                 self.verdicts[w] = (f"rank {wait.rank}: {wait.what} never matched "
-                                    f"(deadlock: {self._explain(wait)})")
+                                    f"(deadlock: {self._explain(wait)}); {everyone}")
         return [w for w in blocked if w in self.verdicts]
+
+    def _every_wait(self, blocked: list[int]) -> str:
+        """What every rank of a deadlock is blocked in, in words (the first few of many)."""
+        named = [f"rank {w} in {self.waiting[w].what}" for w in blocked[:SHOWN_WAITS]]
+        more = f"; and {len(blocked) - SHOWN_WAITS} more" if len(blocked) > SHOWN_WAITS else ""
+        return f"blocked: {'; '.join(named)}{more}"
 
     def _explain(self, wait: Wait) -> str:
         """What the ranks that could release ``wait`` are doing, in words."""

@@ -59,6 +59,7 @@ from minidist.comm.errors import RankError, RankKilled
 from minidist.comm.transport.cluster import run_local
 from minidist.comm.transport.mpirun import JobEnd, guarded_command, run_job
 from minidist.util.mpiexec import rank_environment
+from minidist.util.values import whole
 
 PAYLOAD = "payload.pkl"  # the files of a job's temporary directory
 SYS_PATH = "sys_path.txt"
@@ -72,6 +73,7 @@ def result_path(folder: Path, rank: int) -> Path:
 def launch(fn: Callable[..., Any], world_size: int = 4, args: tuple = (),
            backend: str = "local", timeout: float | None = 60.0, **options: Any) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``world_size`` ranks; returns their results by rank."""
+    world_size = whole("world_size", world_size, least=1)
     if backend == "local":
         return run_local(fn, world_size, args, timeout=timeout, **options)
     if backend == "mpi":

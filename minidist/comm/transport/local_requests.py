@@ -55,7 +55,7 @@ class SendRequest(PointToPoint):
 
     def test(self) -> bool:
         if not self.done():
-            self.comm.fabric.pass_turn(self.comm.state.world_rank)
+            self.comm.fabric.pass_turn(self.comm.state.world_rank, self)
             return False
         self._complete()
         return True
@@ -89,7 +89,7 @@ class RecvRequest(PointToPoint):
     def test(self) -> bool:
         if not self.completed:
             if self.posted.message is None:
-                self.comm.fabric.pass_turn(self.comm.state.world_rank)
+                self.comm.fabric.pass_turn(self.comm.state.world_rank, self)
                 return False
             self._complete(self.posted.message)
         return True

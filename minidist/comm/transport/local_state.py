@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from minidist.comm.cost.network import NetworkModel
 from minidist.comm.transport.stats import LocalStats
+from minidist.util.values import finite
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,10 @@ class Straggler:
     delay: float = 0.0
     slowdown: float = 1.0
     sleep: bool = False  # also sleep for real, so wall-clock timings feel it too
+
+    def __post_init__(self) -> None:  # a clock must never run backwards, nor become NaN
+        object.__setattr__(self, "delay", finite("delay", self.delay))
+        object.__setattr__(self, "slowdown", finite("slowdown", self.slowdown))
 
 
 @dataclass
