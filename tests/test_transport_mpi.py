@@ -147,3 +147,38 @@ def test_world_is_mpi_under_mpiexec_and_local_otherwise():
     alone = subprocess.run([sys.executable, "-c", script + "; print('mpi4py.MPI' in sys.modules)"],
                            capture_output=True, text=True, timeout=45, env=env)
     assert alone.stdout.split() == ["LocalCommunicator", "0", "1", "False"]  # MPI not loaded
+
+
+def _receives_of_the_wrong_length(c):
+    """Rank 0 sends 3 float64 five times; rank 1 receives each into a buffer of another
+    length, by recv, sendrecv, irecv + wait, irecv + test, and into a shorter one."""
+    if c.rank == 0:
+        for _ in range(4):
+            c.send(np.arange(3.0), 1)
+        c.sendrecv(np.arange(3.0), 1, np.empty(0), 1)
+        return None
+    seen = []
+    for receive in (lambda b: c.recv(b, 0), lambda b: c.irecv(b, 0).wait(),
+                    lambda b: _tested(c.irecv(b, 0)), lambda b: c.recv(np.empty(2), 0),
+                    lambda b: c.sendrecv(np.empty(0), 0, b, 0)):
+        try:
+            receive(np.full(5, -1.0))
+            seen.append("no error")
+        except ValueError as err:
+            seen.append(str(err))
+    return seen
+
+
+def _tested(request):
+    while not request.test():
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_a_message_that_does_not_fill_its_buffer_is_an_error_as_in_process():
+    """MPI left the rest of a longer buffer as it was, silently: [0, 1, 2, -1, -1]."""
+    seen = comm.launch(_receives_of_the_wrong_length, 2, backend="mpi", timeout=45)[1]
+    shorter = "rank 1: recv from rank 0 tag 0: message is 24 bytes, buffer is 40 (5 x float64)"
+    assert seen[:3] == [shorter] * 3 and seen[4] == shorter
+    assert seen[3] == ("rank 1: recv from rank 0 tag 0: message is longer than the buffer's "
+                       "16 bytes (2 x float64)")

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from minidist.autograd.function import Context
 from minidist.autograd.tensor import Tensor
 from minidist.util.answers import lab_answer
@@ -126,6 +128,8 @@ def accumulate_grad(leaf: Tensor, grad: Any, kept: set[int]) -> None:
     if leaf.grad is not None:
         leaf.grad += grad
     else:
+        if isinstance(grad, np.generic):  # numpy's result of 0-d arrays: a scalar, not an array
+            grad = np.array(grad)
         owner = grad if grad.base is None else grad.base
         writeable = getattr(grad.flags, "writeable", True)  # cupy arrays have no read-only flag
         if id(owner) in kept or not (writeable and grad.flags.c_contiguous):

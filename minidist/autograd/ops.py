@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from minidist.autograd.function import Context, Function
 from minidist.backend import xp_of
 from minidist.util.answers import lab_answer
@@ -112,9 +114,30 @@ class Pow(Function):
     def backward(ctx: Context, grad):
         a, b, out = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
-        grad_a = unbroadcast(grad * b * a ** (b - 1), _shape(a)) if need_a else None
-        grad_b = unbroadcast(grad * out * xp_of(out).log(a), _shape(b)) if need_b else None
+        grad_a = unbroadcast(grad * _power_slope(a, b), _shape(a)) if need_a else None
+        grad_b = unbroadcast(grad * _exponent_slope(a, b, out), _shape(b)) if need_b else None
         return grad_a, grad_b
+
+
+def _power_slope(a, b):
+    """d(a**b)/da = b a^(b-1), and 0 where b = 0 (at a = 0 that is 0 · inf: nan)."""
+    xp = xp_of(a)
+    zero = b == 0
+    if not xp.any(zero):
+        return b * a ** (b - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return xp.where(zero, 0, b * a ** (b - 1))
+
+
+def _exponent_slope(a, b, out):
+    """d(a**b)/db = a^b log a, and 0 where a = 0 and b >= 0 (0^b is flat there: 1 · log 0
+    would be -inf at b = 0, 0 · -inf nan above)."""
+    xp = xp_of(out)
+    flat = (a == 0) & (b >= 0)
+    if not xp.any(flat):
+        return out * xp.log(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return xp.where(flat, 0, out * xp.log(a))
 
 
 class Exp(Function):

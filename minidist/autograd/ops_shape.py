@@ -100,9 +100,16 @@ class Stack(Function):
 
 def concatenate(tensors, axis: int = 0):
     """Join tensors along an existing axis."""
-    return Concatenate.apply(*tensors, axis=axis)
+    return Concatenate.apply(*_some("concatenate", tensors), axis=axis)
 
 
 def stack(tensors, axis: int = 0):
     """Join tensors along a new axis."""
-    return Stack.apply(*tensors, axis=axis)
+    return Stack.apply(*_some("stack", tensors), axis=axis)
+
+
+def _some(what: str, tensors) -> list:
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what} needs at least one tensor")
+    return tensors

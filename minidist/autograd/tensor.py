@@ -69,7 +69,8 @@ class Tensor:
         else:
             # a copy in this tensor's dtype (as every other gradient is cast to its
             # input's): no leaf may keep (and later add into) the caller's array
-            grad = (grad.data if isinstance(grad, Tensor) else grad).astype(self.data.dtype)
+            grad = backend.xp_of(self.data).asarray(
+                grad.data if isinstance(grad, Tensor) else grad).astype(self.data.dtype)
             if tuple(grad.shape) != self.shape:
                 raise ValueError(f"gradient shape {tuple(grad.shape)} != tensor shape {self.shape}")
         with _backward_callbacks():

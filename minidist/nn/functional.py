@@ -104,5 +104,9 @@ def mse_loss(prediction: Tensor, target, reduction: str = "mean") -> Tensor:
     ``target`` is a Tensor or array of the same shape (it may need no gradient).
     Cost: O(number of elements).
     """
-    diff = prediction - as_tensor(target)
+    target = as_tensor(target)
+    if target.shape != prediction.shape:  # (N, 1) against (N,) would broadcast to (N, N)
+        raise ValueError(f"mse_loss: prediction of shape {prediction.shape} and target of "
+                         f"shape {target.shape}; they must have the same shape")
+    diff = prediction - target
     return _reduce(diff * diff, reduction)

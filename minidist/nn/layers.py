@@ -115,7 +115,11 @@ class Embedding(Module):
     def forward(self, ids) -> Tensor:
         if isinstance(ids, Tensor):
             ids = ids.data
-        return self.weight[backend.xp().asarray(ids)]
+        ids = backend.xp().asarray(ids)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            bad = ids[(ids < 0) | (ids >= self.num_embeddings)].reshape(-1)[0]  # -1: no last row
+            raise IndexError(f"Embedding: id {int(bad)} is outside 0..{self.num_embeddings - 1}")
+        return self.weight[ids]
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

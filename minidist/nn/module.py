@@ -146,10 +146,11 @@ class Module:
                 raise ValueError(f"load_state_dict: shape mismatch for {name!r}: "
                                  f"checkpoint {tuple(np.shape(state[name]))}, "
                                  f"model {tuple(param.shape)}")
-        xp = backend.xp()
-        for name, param in params.items():
-            if name in state:
-                param.data[...] = xp.asarray(state[name], dtype=param.data.dtype)
+        xp = backend.xp()  # every value converted before the first is copied in
+        values = {name: xp.asarray(state[name], dtype=param.data.dtype)
+                  for name, param in params.items() if name in state}
+        for name, value in values.items():
+            params[name].data[...] = value
 
     # -- printing ---------------------------------------------------------------
 

@@ -107,6 +107,8 @@ class AdaGrad(Optimizer):
         if not state:
             state["sum"] = xp.full_like(param.data, float(group["initial_accumulator"]))
         lr, clip = group["lr"], group["clip"]  # one per column: moved to the parameter's device
-        adagrad_rows(param.data, state["sum"], ALL, grad,
+        shape = param.data.shape or (1,)  # a scalar as one value of a vector: views, in place
+        adagrad_rows(param.data.reshape(shape), state["sum"].reshape(shape), ALL,
+                     grad.reshape(shape),
                      float(lr) if np.ndim(lr) == 0 else xp.asarray(lr), float(group["eps"]),
                      group["convention"], clip if np.ndim(clip) == 0 else xp.asarray(clip))

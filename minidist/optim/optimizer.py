@@ -32,6 +32,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.autograd import Tensor
+from minidist.util.values import finite
 
 
 class Optimizer:
@@ -51,6 +52,8 @@ class Optimizer:
     def add_param_group(self, group: dict[str, Any]) -> None:
         """Add parameters with their own hyper-parameters (defaults fill the rest)."""
         group = {**self.defaults, **group, "params": list(group["params"])}
+        if "lr" in group and np.ndim(group["lr"]) == 0:  # (AdaGrad's may be one per column)
+            finite("lr", group["lr"])  # a NaN rate would train on, quietly, to NaN weights
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if not isinstance(p, Tensor) or not p.requires_grad:
@@ -96,11 +99,24 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore hyper-parameters and state saved by ``state_dict`` (same parameter order)."""
+        """Restore hyper-parameters and state saved by ``state_dict`` (same parameter order).
+        A state of another kind of optimiser, or of parameters of other shapes, is refused
+        before anything changes."""
         params = self.parameters()
         groups = state_dict["param_groups"]
         if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
             raise ValueError("state_dict's parameter groups do not match this optimizer's")
+        for group, saved in zip(self.param_groups, groups, strict=True):
+            if set(saved) != set(group):
+                raise ValueError(f"state_dict is another optimizer's: its settings are "
+                                 f"{sorted(set(saved) - {'params'})}, {type(self).__name__}'s "
+                                 f"{sorted(set(group) - {'params'})}")
+        for i, entry in state_dict["state"].items():
+            shape = params[int(i)].data.shape
+            for name, value in entry.items():
+                if getattr(value, "ndim", 0) and value.shape != shape:
+                    raise ValueError(f"state_dict's {name} of parameter {i} has shape "
+                                     f"{value.shape}, the parameter {shape}")
         for group, saved in zip(self.param_groups, groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
         xp = backend.xp()

@@ -58,6 +58,7 @@ import numpy as np
 
 from minidist.comm import Communicator, broadcast
 from minidist.nn.module import Module
+from minidist.util.values import whole
 
 NAME = re.compile(r"step-(\d+)\.npz")
 
@@ -89,6 +90,7 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     returns its path there, None on the other ranks (which do nothing)."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
+    whole("step", step)  # step--0000005.npz would never be found again
     _check_whole_state(optimizer)
     if comm.rank != 0:
         return None

@@ -117,6 +117,8 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allreduce, arr, c, op, algorithm, out=out, check=check)
     if not isinstance(arr, np.ndarray):
+        if hasattr(arr, "requires_grad"):  # a Tensor: its array is what travels
+            raise TypeError("allreduce takes an array, got a Tensor: pass its .data")
         arr = np.asarray(arr)
     # an unknown algorithm (code 0) or an unfit out= is agreed on first, so that a
     # mistake on one rank is an error on every rank, not a hang on the others

@@ -47,19 +47,22 @@ __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scat
 BROADCASTS = {"linear": broadcast_linear, "binomial": broadcast_binomial}
 
 
+NO_ROOT = object()  # a collective without a root (allgather, ...); None is a wrong root
+
+
 def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
-           check: bool = True, root: int | None = None, rows: bool = False,
+           check: bool = True, root: object = NO_ROOT, rows: bool = False,
            **fields: int) -> np.ndarray:
     """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
     agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
     ``fields``. Any mismatch or bad value raises the same error on every rank."""
     arr = np.require(arr, requirements="C")
-    if root is not None:  # a root that is no integer travels as -1: no rank's number
+    if root is not NO_ROOT:  # a root that is no integer travels as -1: no rank's number
         fields["root"] = root if isinstance(root, int | np.integer) else -1
     if rows:
         fields["leading"] = arr.shape[0] if arr.ndim else -1
     check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size, **fields)
-    if root is not None and not 0 <= fields["root"] < c.size:
+    if root is not NO_ROOT and not 0 <= fields["root"] < c.size:
         raise ValueError(f"{what}: root {root!r} is not a rank of a communicator of size "
                          f"{c.size}")
     if rows and fields["leading"] != c.size:

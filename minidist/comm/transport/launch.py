@@ -74,6 +74,8 @@ def launch(fn: Callable[..., Any], world_size: int = 4, args: tuple = (),
            backend: str = "local", timeout: float | None = 60.0, **options: Any) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``world_size`` ranks; returns their results by rank."""
     world_size = whole("world_size", world_size, least=1)
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, or None for no limit; got {timeout!r}")
     if backend == "local":
         return run_local(fn, world_size, args, timeout=timeout, **options)
     if backend == "mpi":

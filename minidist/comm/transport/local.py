@@ -261,9 +261,9 @@ class LocalCommunicator(Communicator):
         if self.state.straggler.sleep:
             time.sleep(extra)
 
-    def _enter(self, kind: str, peer: int | None = None, tag: int = 0,
-               buf: np.ndarray | None = None) -> None:
-        """Check arguments, and fail here if this rank was told to."""
+    def _enter(self, kind: str, *point_to_point: object) -> None:
+        """Check arguments (a send's or receive's peer, tag and buffer), and fail here if
+        this rank was told to."""
         state = self.state
         if self.fabric.aborted:
             raise CommError(f"rank {self.rank}: {kind} after the run ended: {self.fabric.aborted}")
@@ -271,8 +271,8 @@ class LocalCommunicator(Communicator):
         if state.fail_after is not None and state.calls > state.fail_after:
             raise RankFailure(f"rank {self.rank}: injected failure at {kind} "
                               f"(communication call {state.calls})")
-        if peer is not None:
-            check_point_to_point(self.rank, self.size, kind, peer, tag, buf)
+        if point_to_point:
+            check_point_to_point(self.rank, self.size, kind, *point_to_point)
 
     def _exchange(self, kind: str, value: object) -> dict[int, object]:
         calls = self.state.collective_calls

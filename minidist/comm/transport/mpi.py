@@ -52,6 +52,7 @@ class MPICommunicator(Communicator):
         self.rank = mpi_comm.Get_rank()
         self.size = mpi_comm.Get_size()
         self.stats = stats if stats is not None else CommStats()
+        self.status = MPI.Status()  # a blocking receive's, kept: one allocation fewer a call
         self.trace = trace_enabled()
         self.world_ranks = _world_ranks(mpi_comm) if self.trace else []
 
@@ -66,10 +67,12 @@ class MPICommunicator(Communicator):
             device.irecv(self, buf, source, tag).wait()
             return buf
         self._count_recv(buf)
+        status = self.status
         try:
-            self.mpi_comm.Recv(buf, source, tag)
+            self.mpi_comm.Recv(buf, source, tag, status)
         except MPI.Exception as err:
-            raise named_failure(self.mpi_comm, err) from None
+            raise named_failure(self.mpi_comm, err, self.rank, buf, source, tag) from None
+        check_arrived(status, self.rank, buf, source, tag)
         return buf
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
@@ -82,7 +85,8 @@ class MPICommunicator(Communicator):
         if not isinstance(buf, np.ndarray) and not device.direct(buf):
             return device.irecv(self, buf, source, tag)
         self._count_recv(buf)
-        return MPIRequest(self.mpi_comm.Irecv(buf, source, tag), self.mpi_comm)
+        return RecvRequest(self.mpi_comm.Irecv(buf, source, tag), self.mpi_comm,
+                           (self.rank, buf, source, tag))
 
     def irecv_upto(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         _check_contiguous(buf, "recv")
@@ -119,10 +123,13 @@ class MPICommunicator(Communicator):
         if self.trace:
             trace_message(self.world_ranks[self.rank], self.world_ranks[dest], sendtag,
                           sendbuf.nbytes)
+        status = self.status
         try:
-            self.mpi_comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag)
+            self.mpi_comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
         except MPI.Exception as err:
-            raise named_failure(self.mpi_comm, err) from None
+            raise named_failure(self.mpi_comm, err, self.rank, recvbuf, source, recvtag) from None
+        if status.Get_count(MPI.BYTE) != recvbuf.nbytes:
+            check_arrived(status, self.rank, recvbuf, source, recvtag)
         return recvbuf
 
     def barrier(self) -> None:
@@ -167,6 +174,44 @@ class MPIRequest(Request):
             raise named_failure(self.mpi_comm, err) from None
 
 
+class RecvRequest(MPIRequest):
+    """An ``irecv``: complete once the message has come, and it filled the buffer."""
+
+    def __init__(self, request: MPI.Request, mpi_comm: MPI.Comm,
+                 receive: tuple[int, np.ndarray, int, int]) -> None:
+        super().__init__(request, mpi_comm)
+        self.receive = receive  # (rank, buffer, source, tag), for check_arrived
+
+    def wait(self) -> None:
+        status = MPI.Status()
+        try:
+            self.request.Wait(status)
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err, *self.receive) from None
+        check_arrived(status, *self.receive)
+
+    def test(self) -> bool:
+        status = MPI.Status()
+        try:
+            done = bool(self.request.Test(status))
+        except MPI.Exception as err:
+            raise named_failure(self.mpi_comm, err, *self.receive) from None
+        if done:
+            check_arrived(status, *self.receive)
+        return done
+
+
+def check_arrived(status: MPI.Status, rank: int, buf: np.ndarray, source: int,
+                  tag: int) -> None:
+    """A received message must fill its buffer, as the in-process transport requires (MPI
+    leaves the rest of a longer buffer as it was). Only the bytes can be compared here: a
+    message of another dtype with as many bytes is not seen."""
+    got = status.Get_count(MPI.BYTE)
+    if got != buf.nbytes:
+        raise ValueError(f"rank {rank}: recv from rank {source} tag {tag}: message is "
+                         f"{got} bytes, buffer is {buf.nbytes} ({buf.size} x {buf.dtype})")
+
+
 class UptoRequest(MPIRequest):
     """An ``irecv_upto``: counted once complete, by the bytes its status says came."""
 
@@ -200,10 +245,17 @@ class UptoRequest(MPIRequest):
         self.stats.bytes_recv += self.received
 
 
-def named_failure(mpi_comm: MPI.Comm, err: MPI.Exception) -> Exception:
-    """``PeerFailed`` naming the failed ranks when ``err`` is MPI's process failure (ULFM),
-    else ``err`` itself."""
-    if err.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING):
+def named_failure(mpi_comm: MPI.Comm, err: MPI.Exception, rank: int | None = None,
+                  buf: np.ndarray | None = None, source: int = 0, tag: int = 0) -> Exception:
+    """``PeerFailed`` naming the failed ranks when ``err`` is MPI's process failure (ULFM);
+    for a receive (``rank``, ``buf``, ``source``, ``tag``) whose message was longer than its
+    buffer, the in-process transport's ``ValueError``; else ``err`` itself."""
+    error = err.Get_error_class()
+    if error == MPI.ERR_TRUNCATE and buf is not None:
+        return ValueError(f"rank {rank}: recv from rank {source} tag {tag}: message is "
+                          f"longer than the buffer's {buf.nbytes} bytes ({buf.size} x "
+                          f"{buf.dtype})")
+    if error not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING):
         return err
     failed = mpi_comm.Get_failed()
     ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())),

@@ -1,0 +1,128 @@
+"""The public API, tried as a student writing their own script would: wrong input is a
+clear error naming it, before anything changes, and edge cases give the right numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minidist as md
+from minidist import comm
+from minidist.nn import Embedding, Linear, Sequential
+from minidist.nn.functional import mse_loss
+from minidist.optim import SGD, AdaGrad, Adam
+
+
+def test_mse_loss_refuses_shapes_that_would_broadcast():
+    """(3, 1) against (3,) broadcast to (3, 3): 1.333 for equal values, before."""
+    with pytest.raises(ValueError, match=r"prediction of shape \(3, 1\) and target of shape "
+                                         r"\(3,\)"):
+        mse_loss(md.Tensor(np.arange(3.0).reshape(3, 1)), np.arange(3.0))
+
+
+def test_an_embedding_refuses_an_id_outside_its_rows():
+    table = Embedding(10, 3, rng=0)
+    for bad in ([-1], [10], [[2, 11]]):  # -1 read the last row, before
+        with pytest.raises(IndexError, match=r"Embedding: id -?\d+ is outside 0\.\.9"):
+            table(np.array(bad))
+    assert table(np.array([9])).shape == (1, 3)
+
+
+def test_adagrad_steps_a_scalar_parameter_as_sgd_and_adam_do():
+    p = md.Tensor(np.array(2.0), requires_grad=True)
+    opt = AdaGrad([p], lr=0.1)
+    p.grad = np.array(1.0)
+    opt.step()  # G = 1: w -= 0.1 * 1 / (1 + eps)
+    assert p.data.shape == () and p.data == pytest.approx(1.9)
+
+
+def test_a_failed_load_state_dict_changes_nothing():
+    model = Sequential(Linear(2, 2, rng=0), Linear(2, 1, rng=1))
+    before = {name: value.copy() for name, value in model.state_dict().items()}
+    state = dict(before)
+    state["1.bias"] = np.array(["not a number"])
+    with pytest.raises(ValueError):
+        model.load_state_dict({**{k: v + 1 for k, v in before.items()}, "1.bias": state["1.bias"]})
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_a_scalar_leafs_gradient_is_an_array():
+    a = md.Tensor(np.array(3.0), requires_grad=True)
+    (a * a).backward()
+    assert isinstance(a.grad, np.ndarray) and a.grad.shape == () and a.grad == 6.0
+
+
+def test_the_gradient_of_a_zeroth_power_is_zero_also_at_zero():
+    z = md.Tensor(np.array([0.0, 1.0, 2.0]), requires_grad=True)
+    (z ** 0).sum().backward()  # nan at 0 before (0 * 0^-1)
+    np.testing.assert_array_equal(z.grad, [0.0, 0.0, 0.0])
+    e = md.Tensor(np.array([0.0, 3.0]), requires_grad=True)
+    x = md.Tensor(np.array([0.0, 2.0]), requires_grad=True)
+    (x ** e).sum().backward()  # and d/de 0^e = 0 for e >= 0 (1 · log 0 = -inf, before)
+    np.testing.assert_array_equal(x.grad, [0.0, 12.0])
+    np.testing.assert_allclose(e.grad, [0.0, 8 * np.log(2.0)])
+
+
+@pytest.mark.parametrize("optimizer", [SGD, Adam, AdaGrad])
+def test_a_learning_rate_that_is_not_a_finite_number_is_refused(optimizer):
+    p = md.Tensor(np.ones(2), requires_grad=True)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=r"lr.* must be"):
+            optimizer([p], lr=bad)
+
+
+def test_an_optimizers_state_of_another_kind_or_shape_is_refused_before_it_loads():
+    p = md.Tensor(np.ones(3), requires_grad=True)
+    adam = Adam([p], lr=1e-3)
+    p.grad = np.ones(3)
+    adam.step()
+    sgd = SGD([md.Tensor(np.ones(3), requires_grad=True)], lr=0.5, momentum=0.9)
+    with pytest.raises(ValueError, match=r"another optimizer's: its settings are \['betas'"):
+        sgd.load_state_dict(adam.state_dict())  # it set lr to 0.001, then KeyError, before
+    assert sgd.param_groups[0]["lr"] == 0.5
+    wider = Adam([md.Tensor(np.ones(4), requires_grad=True)], lr=1e-3)
+    with pytest.raises(ValueError, match=r"exp_avg of parameter 0 has shape \(3,\), the "
+                                         r"parameter \(4,\)"):
+        wider.load_state_dict(adam.state_dict())
+
+
+def test_backward_takes_a_list_as_its_gradient_and_join_refuses_nothing():
+    t = md.Tensor(np.ones(2), requires_grad=True)
+    (t * 2).backward([1.0, 0.5])
+    np.testing.assert_array_equal(t.grad, [2.0, 1.0])
+    for join in (md.concatenate, md.stack):
+        with pytest.raises(ValueError, match="needs at least one tensor"):
+            join([])
+
+
+def test_launch_refuses_a_timeout_that_is_not_positive():
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=r"timeout must be > 0 seconds, or None"):
+            md.launch(lambda c: c.rank, 2, timeout=bad)
+
+
+def test_a_negative_checkpoint_step_is_refused(tmp_path):
+    from minidist.parallel.checkpoint import save_checkpoint
+
+    model = Linear(2, 1, rng=0)
+    opt = SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="step must be an integer >= 0, got -5"):
+        save_checkpoint(tmp_path, -5, model, opt, comm.world())
+    assert not list(tmp_path.iterdir())  # step--0000005.npz, never found again, before
+
+
+def test_collectives_name_a_tensor_or_a_root_or_peer_of_none():
+    def tensor(c):
+        comm.allreduce(md.Tensor(np.ones(2)), c)
+
+    with pytest.raises(comm.RankError, match=r"allreduce takes an array, got a Tensor"):
+        md.launch(tensor, 2)
+    for collective in (comm.broadcast, comm.reduce, comm.gather, comm.scatter):
+        def rootless(c, collective=collective):
+            collective(np.ones((2, 2)), c, root=None)
+
+        with pytest.raises(comm.RankError, match=r"root None is not a rank"):
+            md.launch(rootless, 2)
+    with pytest.raises(comm.RankError, match=r"recv with rank None, but the communicator"):
+        md.launch(lambda c: c.recv(np.empty(1), None), 2)
