@@ -62,7 +62,7 @@ def _glove():
 
 
 def cooccurrence(path) -> None:
-    """log N(i, j) for the 40 most frequent words (the fillers) and some relation words."""
+    """log(1 + N(i, j)) for the 24 most frequent words (the fillers) and some relation words."""
     counts, _ = _glove()
     words = [str(w) for w in counts.words]
     picks = [w for w in ("paris", "france", "rome", "italy", "king", "queen", "man", "woman")
@@ -100,9 +100,19 @@ def _gantt(schedule: str, path) -> None:
     from minidist.parallel.pipeline.schedules import bubble_formula
     from minidist.viz import plot_gantt
 
-    traces = comm.LocalCluster(4).run(lambda c: modelled_trace(c, schedule, 8))
-    plot_gantt(traces, path, title=f"{schedule}, K = 4 stages, M = 8 micro-batches "
-               f"(modelled clock; (K−1)/(M+K−1) = {bubble_formula(4, 8):.0%})")
+    stages, micro = 4, 8
+    traces = comm.LocalCluster(stages).run(lambda c: modelled_trace(c, schedule, micro))
+    formula = (f"(K−1)/K = {(stages - 1) / stages:.0%}" if schedule == "naive"  # one at a time
+               else f"(K−1)/(M+K−1) = {bubble_formula(stages, micro):.0%}")
+    fig = plot_gantt(traces, None, title=f"{schedule}, K = {stages} stages, M = {micro} "
+                     f"micro-batches (modelled clock; idle {formula})")
+    # minidist.viz puts the legend above the axes, where a long title runs into it:
+    # here it goes under the time axis, right of its label
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    ax.legend(handles=legend.legend_handles, loc="upper right", bbox_to_anchor=(1.0, -0.07),
+              ncol=len(legend.legend_handles), fontsize="small", frameon=False)
+    save(fig, path, dpi=110)
 
 
 def gantt_gpipe(path) -> None:
