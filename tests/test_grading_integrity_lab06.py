@@ -55,6 +55,25 @@ def read_every_row(worker, keys, hot_keys, replica, dim):
     return table
 
 
+def write_when_hot(worker, group, keys, hot_keys, replica, grad, lr):
+    """Skips the allreduce when its batch holds no hot row: the others wait in theirs."""
+    hot = np.isin(keys, hot_keys)
+    worker.push(keys[~hot], grad[~hot])
+    if replica is not None and hot.any():
+        summed = np.zeros_like(replica)
+        summed[np.searchsorted(hot_keys, keys[hot])] = grad[hot]
+        allreduce(summed, group, op="sum", out=summed)
+        replica -= lr * summed
+
+
+class NumpySoftSync(SoftSync):
+    def add(self, keys, index, grad, scale):
+        self.total[index] += scale * grad
+        self.touched[keys] = True
+        self.count += 1
+        return np.equal(self.count, self.c)
+
+
 def read_rows_here(worker, keys, hot_keys, replica, dim):
     """The solution's read_rows, which first says what it was given as a worker."""
     if type(worker).__name__ != "Worker":
@@ -71,13 +90,15 @@ CHECKS = {
     "staleness_lr": lambda f: check_staleness_lr(f, 2.5),
     "MySoftSync": lambda f: check_softsync(f, rows=7, width=1, c=4, adds=9, seed=31),
     "UnscaledSoftSync": lambda f: check_softsync(f, rows=5, width=2, c=3, adds=7),
+    "MyNumpySoftSync": lambda f: check_softsync(f, rows=5, width=2, c=3, adds=7),
     "choose_hot_keys": lambda f: check_choose_hot_keys(f, [8, 3, 3, 8, 6, 6, 0, 11], 3),
 }
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    return both_ends(solution_namespace("lab06_parameter_servers", WRONG))
+    return both_ends(solution_namespace("lab06_parameter_servers",
+                                        WRONG + "\n\nMyNumpySoftSync = NumpySoftSync\n"))
 
 
 def replication(get, read: str, write: str) -> None:
@@ -125,3 +146,19 @@ def test_the_servers_traffic_is_counted_on_the_graders_ranks(kernel):
     """Pulling the hot rows fails alike: the bytes are the grader's server ranks'."""
     local = same_verdict(lambda get: replication(get, "read_every_row", "write_rows"), kernel)
     assert "never pulled from or pushed" in local
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_without_hot_rows_and_no_replica_fail_alike(kernel):
+    """A worker that skips the allreduce deadlocks the grader's ranks, named in a sentence;
+    hot = 0 hands the functions no replica (None crosses as None)."""
+    def small(get, write):
+        check_replication(get("choose_hot_keys"), get("read_rows"), get(write), servers=2,
+                          workers=2, hot=2, batch=4)
+
+    assert "the ranks deadlocked: at clock 1 worker 1's batch holds no hot row" in (
+        same_verdict(lambda get: small(get, "write_when_hot"), kernel))
+    assert same_verdict(lambda get: small(get, "write_rows"), kernel) == "passed"
+    assert same_verdict(lambda get: check_replication(
+        get("choose_hot_keys"), get("read_rows"), get("write_rows"), servers=3, workers=3,
+        hot=0, steps=4, seed=43), kernel) == "passed"

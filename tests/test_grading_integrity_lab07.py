@@ -17,6 +17,7 @@ from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab07 import check_1f1b, check_exchange, check_gpipe
 from minidist.labkit.lab07_costs import check_bubble, check_checkpoint_memory, check_checkpointing
+from minidist.util import chunk_bounds
 
 WRONG = '''
 def forward_sending_twice(c, stage, micro, x, shape):
@@ -49,6 +50,15 @@ def gpipe_one_at_a_time(stages, micro_batches):
             for k in range(stages)]
 
 
+def backward_as_if_a_rank_before(c, micro, inp, out):
+    """The last rank sends its input's gradient back, as if it had a rank before it."""
+    if c.rank == c.size - 1:
+        out.backward()
+        c.send(inp.grad, c.rank - 1, tag=2 * micro + 2)
+    else:
+        backward_step(c, micro, inp, out)
+
+
 def keeps_everything(modules, segments, x):
     for module in modules:
         x = module(x)
@@ -61,6 +71,8 @@ CHECKS = {
         check_exchange(get("forward_step"), get("backward_step"), 3, 3, order="shuffled")),
     "exchange_returning_out": lambda get: check_exchange(
         get("forward_returning_out"), get("backward_step"), 2, 2),
+    "exchange_alone": lambda get: check_exchange(get("forward_step"),
+                                                 get("backward_as_if_a_rank_before"), 1, 2),
     "gpipe": lambda get: check_gpipe(get("gpipe"), 3, 5, batch=11, seed=23),
     "gpipe_one_at_a_time": lambda get: check_gpipe(get("gpipe_one_at_a_time"), 2, 4),
     "one_f_one_b": lambda get: check_1f1b(get("one_f_one_b"), 4, 8, batch=16, seed=31),
@@ -99,15 +111,17 @@ def test_the_log_and_the_bytes_are_the_graders(kernel):
 @pytest.mark.timeout(120)
 def test_checkpointing_memory_is_the_processs_not_the_kernels_word(kernel, monkeypatch):
     """An answer that keeps every activation, with the probe patched to report no saved
-    bytes (in a graded kernel the student's code may do that): the saved-bytes check
-    believes it, the resident memory the operating system counts does not, both ways."""
+    bytes and the forward calls of checkpoints (in a graded kernel the student's code may do
+    that): the saved-bytes check believes it, the resident memory the operating system
+    counts does not, both ways."""
     from minidist.labkit import lab07_costs
 
     honest = lab07_costs.checkpointed_answer
 
     def forged(checkpoint_segments, segments, sizes, batch, seed):
-        loss, grads, _ = honest(checkpoint_segments, segments, sizes, batch, seed)
-        return loss, grads, 0
+        loss, grads, _, calls = honest(checkpoint_segments, segments, sizes, batch, seed)
+        last = chunk_bounds(len(calls), segments)[-1][0]  # and the forwards checkpoints run
+        return loss, grads, 0, [2 if i < last else 1 for i in range(len(calls))]
 
     # as the kernel finds it: the module's name for the probe
     forged.__module__, forged.__qualname__ = lab07_costs.__name__, "checkpointed_answer"
@@ -121,3 +135,9 @@ def test_checkpointing_memory_is_the_processs_not_the_kernels_word(kernel, monke
     assert same_verdict(lambda get: check_checkpoint_memory(get("checkpoint_segments")),
                         kernel) == "passed"
 
+
+
+@pytest.mark.timeout(120)
+def test_a_message_to_a_rank_that_does_not_exist_is_named_alike(kernel):
+    assert "posted a send to rank -1 (tag 4), but rank 0 has no rank before it" in (
+        same_verdict(CHECKS["exchange_alone"], kernel))

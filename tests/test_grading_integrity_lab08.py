@@ -16,7 +16,7 @@ from student_kernel import both_ends, same_verdict, solution_namespace, verdict
 
 from minidist.labkit.lab08 import check_f_and_g, check_mlp_split
 from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
-from minidist.labkit.lab08_zero import check_zero_memory, check_zero_step
+from minidist.labkit.lab08_zero import check_zero_memory, check_zero_shape_error, check_zero_step
 
 WRONG = '''
 class ForgingSum(Function):
@@ -65,6 +65,26 @@ class WholeStateZeRO(MyZeRO):
         super().step()
 
 
+class KeepsViews(MyParallelMLP):
+    """The right slices, kept as views of the whole weights it was given."""
+
+    def __init__(self, w1, b1, w2, b2, c, activation="relu"):
+        Module.__init__(self)
+        hidden = slice_of(w1.shape[0], c, "hidden units")
+        self.c, self.activation = c, activation
+        self.w1, self.b1 = Parameter(w1[hidden]), Parameter(b1[hidden])
+        self.w2, self.b2 = Parameter(w2[:, hidden]), Parameter(b2)
+
+
+def float_table(rows, expert_counts, c):
+    received, table = dispatch(rows, expert_counts, c)
+    return received, table.astype(np.float64)
+
+
+def int_send_back(outputs, table, c):
+    return send_back(outputs, table.astype(np.int64), c)
+
+
 class LibraryZeRO(ShardedOptimizer):
     def step(self):
         super().step()
@@ -81,7 +101,14 @@ CHECKS = {
                                              seed=35),
     "zero_step": lambda get: check_zero_step(get("MyZeRO"), 4, 2, "adam", [5, 6, 4], seed=43),
     "library_zero": lambda get: check_zero_step(get("LibraryZeRO"), 2, 1, "sgd", [4, 7, 3]),
+    "zero_float32": lambda get: check_zero_step(get("MyZeRO"), 2, 2, "adam", [4, 7, 3],
+                                                dtype="float32"),
+    "zero_unused": lambda get: check_zero_step(get("MyZeRO"), 3, 1, "sgd", [4, 7, 3], unused=3),
+    "zero_shape": lambda get: check_zero_shape_error(get("MyZeRO"), 2, 1, [4, 7, 3], 0),
+    "keeps_views": lambda get: check_mlp_split(get("KeepsViews"), 2, 4, 8, (5,)),
+    "float_table": lambda get: check_dispatch(get("float_table"), get("int_send_back"), 2, 4),
 }
+FAILING = ("no_sum", "library_zero", "keeps_views", "float_table")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +120,7 @@ def kernel():
 @pytest.mark.parametrize("answer", sorted(CHECKS))
 def test_each_check_gives_the_local_verdict(kernel, answer):
     local = same_verdict(CHECKS[answer], kernel)
-    assert (local == "passed") == (answer not in ("no_sum", "library_zero"))
+    assert (local == "passed") == (answer not in FAILING)
 
 
 @pytest.mark.timeout(120)

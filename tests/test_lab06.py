@@ -27,10 +27,12 @@ from minidist.labkit.lab06 import (
     check_staleness_lr,
 )
 from minidist.labkit.lab06_hotspots import (
+    SAMPLE_CLOCKS,
     check_choose_hot_keys,
     check_replication,
     mf_run,
     plugged_in,
+    without_hot_rows,
 )
 from minidist.optim import adagrad_rows
 from minidist.parallel.ps import SSP, hotspots
@@ -280,6 +282,20 @@ class Overwrites(SoftSync):
         return self.count == self.c
 
 
+class AnswersWithNumpy(SoftSync):
+    """Right, answering with a numpy bool (np.equal), which the text's "True" accepts."""
+
+    def add(self, keys, index, grad, scale):
+        self.total[index] += scale * grad
+        self.touched[keys] = True
+        self.count += 1
+        return np.equal(self.count, self.c)
+
+
+def test_softsync_accepts_a_numpy_bool():
+    check_softsync(AnswersWithNumpy, rows=5, width=2, c=3, adds=7)
+
+
 class AddsThroughTheLibrary(SoftSync):
     def add(self, keys, index, grad, scale):
         return super().add(keys, index, grad, scale)
@@ -311,10 +327,30 @@ def test_hot_keys():
     check_choose_hot_keys(choose_hot_keys, [4, 4], 0, block=())
     check_choose_hot_keys(choose_hot_keys, np.random.default_rng(41).zipf(1.5, 300) % 40, 10,
                           block=())
+    for ties, hot in ((TIED, 6), (np.r_[np.repeat(np.arange(2, 50), 2), 5, 44, 44], 7)):
+        check_choose_hot_keys(choose_hot_keys, ties, hot, block=())
     library = dict(choose_hot_keys=choose_hot_keys, read_rows=read_rows, write_rows=write_rows)
     check_replication(**library, servers=3, workers=2, hot=32, block=())
     check_replication(**library, servers=2, workers=3, hot=24, seed=41, block=())
     check_replication(**library, servers=4, workers=2, hot=40, steps=5, seed=42, block=())
+    for hot, batch, servers, workers, seed in SMALL_CASES:
+        check_replication(**library, servers=servers, workers=workers, hot=hot, batch=batch,
+                          seed=seed, block=())
+
+
+TIED = np.r_[np.repeat(np.arange(3, 60, 2), 2), 9, 9, 31]  # 29 keys, 26 of them tied
+# (hot, batch, servers, workers, seed): the notebook's runs with no replica, and with small
+# batches some of which hold no hot row
+SMALL_CASES = [(0, 64, 2, 2, 0), (2, 4, 2, 2, 0), (0, 64, 3, 3, 43), (4, 4, 2, 3, 41)]
+
+
+def test_the_small_batch_runs_hold_batches_without_hot_rows():
+    for hot, batch, _, workers, seed in SMALL_CASES:
+        if hot:
+            data = hotspots.ratings(num_users=300, num_items=300, count=4000, dim=4, seed=seed)
+            layout = hotspots.mf_layout(data, 4)
+            sample = hotspots.sample_access(data, layout, SAMPLE_CLOCKS, workers, batch, 0)
+            assert without_hot_rows(data, choose_hot_keys(sample, hot), workers, 6, batch)
 
 
 def test_plugged_in_swaps_the_loops_functions_and_restores_them():
@@ -348,9 +384,19 @@ def unsorted(accessed, hot):
     return keys[np.lexsort((keys, -counts))[:hot]]
 
 
+def unstable(accessed, hot):  # np.argsort's default sort breaks ties either way past 16 keys
+    keys, counts = np.unique(accessed, return_counts=True)
+    return np.sort(keys[np.argsort(-counts)[:hot]])
+
+
 def test_choose_hot_keys_rejects_ties_to_the_larger_key_an_unsorted_answer_and_the_library():
     with pytest.raises(CheckFailed, match=r"returned array\(\[5, 9\]\), expected \[2, 5\].*ties"):
         check_choose_hot_keys(larger_on_ties, [5, 5, 5, 2, 2, 9, 9, 1], 2)
+    check_choose_hot_keys(unstable, [5, 5, 5, 2, 2, 9, 9, 1], 2, block=())  # 4 keys: stable
+    with pytest.raises(CheckFailed, match=r"a sample of 61 requests of 29 distinct keys, hot=6\) "
+                       r"returned .* it took keys \[13\] and left out keys \[7\], each "
+                       r"requested 2 times: a tie, which goes to the smaller key"):
+        check_choose_hot_keys(unstable, TIED, 6)
     with pytest.raises(CheckFailed, match=r"returned array\(\[5, 2\]\).*sorted"):
         check_choose_hot_keys(unsorted, [5, 5, 5, 2, 2, 9, 9, 1], 2)
     with pytest.raises(BlockedError, match="write your own choose_hot_keys"):
@@ -398,6 +444,49 @@ def test_replication_rejects(read, write, message):
     with pytest.raises(CheckFailed, match=message):
         check_replication(choose_hot_keys, read, write, servers=3, workers=2, hot=32,
                           block=())
+
+
+def skips_the_allreduce(worker, group, keys, hot_keys, replica, grad, lr):
+    hot = np.isin(keys, hot_keys)
+    worker.push(keys[~hot], grad[~hot])
+    if replica is not None and hot.any():  # wrong: every worker calls it at every clock
+        summed = np.zeros_like(replica)
+        summed[np.searchsorted(hot_keys, keys[hot])] = grad[hot]
+        allreduce(summed, group, op="sum", out=summed)
+        replica -= lr * summed
+
+
+def no_replica_case(worker, group, keys, hot_keys, replica, grad, lr):
+    hot = np.isin(keys, hot_keys)
+    worker.push(keys[~hot], grad[~hot])
+    summed = np.zeros_like(replica)  # wrong: replica is None when hot = 0
+    summed[np.searchsorted(hot_keys, keys[hot])] = grad[hot]
+    allreduce(summed, group, op="sum", out=summed)
+    replica -= lr * summed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("choose, write, hot, batch, message", [
+    (choose_hot_keys, skips_the_allreduce, 32, 64, None),  # every batch of 64 holds a hot row
+    (choose_hot_keys, skips_the_allreduce, 2, 4, r"hot = 2, 6 clocks, batches of 4 ratings: "
+     r"the ranks deadlocked: at clock 1 worker 1's batch holds no hot row, and every worker "
+     r"calls allreduce at every clock.*The transport said: .*deadlock"),
+    (choose_hot_keys, no_replica_case, 32, 64, None),
+    (choose_hot_keys, no_replica_case, 0, 64, r"hot = 0, .*rank \d raised \w+Error.* -- with "
+     r"hot = 0 nothing is replicated: hot_keys is empty and replica is None"),
+    (unstable, library_write, 32, 64, r"your choose_hot_keys did not return the 32 most "
+     r"requested keys, sorted, of the sample train_mf counts \(1399 requests of 370 distinct "
+     r"keys\) -- it took keys \[321\] and left out keys \[16\], each requested 11 times"),
+])
+def test_replication_rejects_what_the_edges_show(choose, write, hot, batch, message):
+    def run():
+        check_replication(choose, library_read, write, servers=2 if hot < 32 else 3,
+                          workers=2, hot=hot, batch=batch, block=())
+    if message is None:
+        run()  # passes the run the notebook had before, which is why the edges are there
+    else:
+        with pytest.raises(CheckFailed, match=message):
+            run()
 
 
 @pytest.mark.timeout(120)

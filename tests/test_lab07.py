@@ -74,8 +74,25 @@ def test_exchange():
     for stages, micro_batches, batch, order in [(2, 2, 10, "gpipe"), (3, 4, 10, "1f1b"),
                                                 (3, 3, 10, "shuffled"), (1, 3, 10, "gpipe"),
                                                 (4, 5, 11, "1f1b"), (4, 4, 13, "shuffled"),
-                                                (2, 1, 10, "gpipe")]:
+                                                (2, 1, 10, "gpipe"), (1, 2, 10, "gpipe")]:
         check_exchange(forward_step, backward_step, stages, micro_batches, batch, order)
+
+
+def backward_to_the_rank_before_the_last(c, micro, inp, out):
+    """The last rank sends its input's gradient back as if it had a rank before it."""
+    if c.rank == c.size - 1:
+        out.backward()
+        c.send(inp.grad, c.rank - 1, tag=2 * micro + 2)
+    else:
+        backward_step(c, micro, inp, out)
+
+
+def test_exchange_names_a_rank_that_does_not_exist():
+    with pytest.raises(CheckFailed, match=r"^1 stage, 2 micro-batches .*: backward_step of "
+                       r"micro-batch 1 on rank 0 posted a send to rank -1 \(tag 4\), but rank 0 "
+                       r"has no rank before it: .* \(with K = 1 it is the first and the last\)$"):
+        check_exchange(forward_step, backward_to_the_rank_before_the_last, 1, 2)
+    check_exchange(forward_step, backward_to_the_rank_before_the_last, 2, 2)  # K > 1: right
 
 
 def forward_around_the_ring(c, stage, micro, x, shape):
@@ -188,8 +205,8 @@ def test_exchange_blocks_the_engine():
 @pytest.mark.lab07_gpipe
 @pytest.mark.timeout(60)
 def test_gpipe():
-    for stages, micro_batches, batch in [(2, 4, 10), (3, 2, 10), (4, 8, 16), (1, 3, 10),
-                                         (3, 5, 11)]:
+    for stages, micro_batches, batch in [(2, 4, 10), (3, 2, 10), (1, 2, 10), (4, 8, 16),
+                                         (1, 3, 10), (3, 5, 11)]:
         check_gpipe(gpipe, stages, micro_batches, batch, block=())
 
 
@@ -211,6 +228,10 @@ def rank_one_reversed(stages, micro_batches):
     (lambda k, m: [steps[:-1] for steps in gpipe(k, m)],
      r"^<lambda>\(3, 4\) cannot run: rank 0 must run F and B .* missing \[B0\]"),
     (lambda k, m: gpipe(k, m)[:-1], r"returned list; a schedule is a list of K = 3 lists"),
+    (lambda k, m: [[s for s in steps if s.phase == "F"] + [s for s in steps if s.phase == "B"][::-1]
+                   for steps in gpipe(k, m)],
+     r"^gpipe\(3, 4\): rank 0 runs its backwards B0 B1 B2 B3 after the forwards F0 F1 F2 F3; "
+     r"GPipe's backwards go last in, first out, B3 B2 B1 B0"),
 ])
 def test_gpipe_rejects(answer, message):
     with pytest.raises(CheckFailed, match=message):
@@ -226,8 +247,8 @@ def test_gpipe_blocks_the_library():
 @pytest.mark.lab07_1f1b
 @pytest.mark.timeout(60)
 def test_1f1b():
-    for stages, micro_batches, batch in [(2, 4, 10), (3, 4, 10), (4, 8, 16), (4, 2, 10),
-                                         (3, 7, 9), (1, 2, 10)]:
+    for stages, micro_batches, batch in [(2, 4, 10), (3, 4, 10), (3, 1, 10), (1, 3, 10),
+                                         (4, 8, 16), (4, 2, 10), (3, 7, 9), (1, 2, 10)]:
         check_1f1b(one_f_one_b, stages, micro_batches, batch, block=())
 
 
@@ -281,7 +302,9 @@ def test_bubble():
                                                   (3, 6, "gpipe", 1e-3, 2e-3),
                                                   (4, 8, "1f1b", 1e-3, 2e-3),
                                                   (2, 1, "gpipe", 1e-3, 2e-3),
-                                                  (3, 4, "naive", 2e-3, 3e-3)]:
+                                                  (3, 4, "naive", 2e-3, 3e-3),
+                                                  (3, 1, "gpipe", 1e-3, 2e-3),
+                                                  (2, 3, "naive", 3e-3, 1e-3)]:
         check_bubble(library_timed_pipeline, bubbles, stages, micro_batches, schedule, f, b,
                      block=())
 
@@ -352,8 +375,9 @@ def test_bubble_blocks_the_library_the_gantt_chart_uses_too():
 # --- Task 5 ----------------------------------------------------------------------------------
 @pytest.mark.lab07_checkpoint
 def test_checkpoint():
-    for layers, segments, width, batch in [(4, 2, 8, 16), (8, 3, 8, 16), (16, 4, 8, 16),
-                                           (5, 9, 6, 16), (3, 1, 8, 16), (6, 5, 8, 7)]:
+    for layers, segments, width, batch in [(4, 2, 8, 16), (8, 3, 8, 16), (4, 1, 8, 16),
+                                           (3, 5, 8, 16), (16, 4, 8, 16), (5, 9, 6, 16),
+                                           (3, 1, 8, 16), (6, 5, 8, 7)]:
         check_checkpointing(checkpoint_sequential, layers, segments, width, batch, block=())
     check_checkpointing(solution("checkpoint_segments"), 8, 3)
 
@@ -394,18 +418,46 @@ def late_binding(modules, segments, x):
     return x
 
 
+def checkpoints_the_last_run_too(modules, segments, x):
+    for start, stop in chunk_bounds(len(modules), segments):
+        x = md.checkpoint(lambda h, part=modules[start:stop]: run_all(part, h), x)
+    return x
+
+
+def the_last_runs_longer(modules, segments, x):
+    """The runs cut i·n/k .. (i+1)·n/k: the last ones are the longer."""
+    n = len(modules)
+    bounds = [(i * n // segments, (i + 1) * n // segments) for i in range(segments)]
+    for number, (start, stop) in enumerate(bounds):
+        x = run_all(modules[start:stop], x) if number == len(bounds) - 1 else md.checkpoint(
+            lambda h, part=modules[start:stop]: run_all(part, h), x)
+    return x
+
+
 @pytest.mark.parametrize("answer, message", [
-    (keeps_everything, r"kept up to \d+ bytes .*; without checkpointing it keeps \d+, with "
-     r"each segment but the last checkpointed \d+"),
+    (keeps_everything, r"the step ran the forwards of modules 0\.\.14 once; checkpointing each "
+     r"run but the last runs those of modules 0\.\.9 twice, 10\.\.14 once: no module ran "
+     r"twice"),
+    (checkpoints_the_last_run_too, r"forwards of modules 0\.\.14 twice; .*: the last run ran "
+     r"forward twice too: it runs plainly, once"),
+
     (cuts_the_graph, r"parameter 0.weight has no gradient: backward never reached it: pass each "
      r"segment but the last through md.checkpoint"),
-    (every_module, r"kept up to \d+ bytes of activations at once"),
+    (every_module, r"forwards of modules 0\.\.14 twice; .*the last run ran forward twice too"),
     (late_binding, r"^T5: your code raised RuntimeError: checkpoint: fn computed something else "
      r"when it ran again in backward"),
 ])
 def test_checkpoint_rejects(answer, message):
     with pytest.raises(CheckFailed, match=message), task("T5"):
         check_checkpointing(answer, 8, 3)
+
+
+def test_checkpoint_names_the_cut_that_makes_the_last_run_longer():
+    with pytest.raises(CheckFailed, match=r"forwards of modules 0\.\.2 twice, 3\.\.6 once; .*: the "
+                       r"last run here is modules 3\.\.6, where chunk_bounds\(7, 2\) makes it "
+                       r"modules 4\.\.6: cut the runs with chunk_bounds"):
+        check_checkpointing(the_last_runs_longer, 4, 2)
+    check_checkpointing(the_last_runs_longer, 8, 3)  # 15 modules in 3: the same cut
 
 
 def test_checkpoint_blocks_the_library():

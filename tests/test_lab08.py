@@ -40,6 +40,7 @@ from minidist.parallel.tensor_parallel import (
     ParallelMLP,
     SumOverRanks,
     copy_to_ranks,
+    slice_of,
     sum_over_ranks,
 )
 from minidist.parallel.zero import ShardedOptimizer
@@ -264,6 +265,17 @@ class Whole(Module):
         return F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
 
 
+class KeepsViews(MyParallelMLP):
+    """The right slices, as views of the caller's whole arrays, not copies."""
+
+    def __init__(self, w1, b1, w2, b2, c, activation="relu"):
+        Module.__init__(self)
+        hidden = slice_of(w1.shape[0], c, "hidden units")
+        self.c, self.activation = c, activation
+        self.w1, self.b1 = Parameter(w1[hidden]), Parameter(b1[hidden])
+        self.w2, self.b2 = Parameter(w2[:, hidden]), Parameter(b2)
+
+
 class OnTheLibrary(ParallelMLP):
     pass
 
@@ -284,6 +296,8 @@ class CallsTheLibrary(MyParallelMLP):
     (BiasOnEveryRank, r"the output on rank 0: differs.* off by \(P - 1\)·b2: add b2 once"),
     (Whole, r"rank 0's w1, of which it keeps hidden units 0..3 \(it kept the whole matrix"),
     (OnTheLibrary, r"build your class on Module, not on the library's ParallelMLP"),
+    (KeepsViews, r"rank 0's w1, b1, w2, b2 share memory with the whole weights the layer was "
+                 r"given \(views of w1, b1, w2, b2\): keep copies of your slices"),
 ])
 def test_mlp_split_rejects(wrong, message):
     with pytest.raises(CheckFailed, match=message):

@@ -16,7 +16,7 @@ from minidist.backend import xp_of
 from minidist.comm import allgather, allreduce, alltoall, reduce_scatter
 from minidist.labkit import BlockedError, CheckFailed
 from minidist.labkit.lab08_moe import check_dispatch, check_moe_layer
-from minidist.labkit.lab08_zero import check_zero_step
+from minidist.labkit.lab08_zero import check_zero_shape_error, check_zero_step
 from minidist.nn import Parameter
 from minidist.parallel.moe import AllToAll, by_expert, dispatch, send_back
 from minidist.parallel.zero import ShardedOptimizer
@@ -37,7 +37,8 @@ def solution(name: str):
 @pytest.mark.lab08_moe_dispatch
 @pytest.mark.timeout(120)
 def test_moe_dispatch():
-    for world_size, n_experts, seed in [(1, 3, 0), (2, 4, 1), (3, 6, 2), (4, 8, 3), (2, 2, 4)]:
+    for world_size, n_experts, seed in [(1, 3, 0), (2, 4, 1), (3, 6, 2), (4, 8, 3), (2, 2, 4),
+                                        (1, 2, 2)]:
         check_dispatch(dispatch, send_back, world_size, n_experts, seed=seed, block=())
     for world_size, n_experts, top_k in [(1, 2, 1), (2, 4, 1), (4, 8, 2), (3, 3, 2)]:
         check_moe_layer(dispatch, send_back, world_size, n_experts, top_k, block=())
@@ -63,6 +64,12 @@ def counts_gathered(rows, expert_counts, c):
     return received[xp_of(received.data).asarray(by_expert(table))], table
 
 
+def float_table(rows, expert_counts, c):
+    """The right rows, the table of counts as floats."""
+    received, table = dispatch(rows, expert_counts, c)
+    return received, table.astype(np.float64)
+
+
 def not_unsorted(outputs, table, c):
     return AllToAll.apply(outputs, table.sum(axis=1), c)
 
@@ -82,6 +89,8 @@ def waits_for_nobody(rows, expert_counts, c):
     (dispatch, not_unsorted, r"send_back on rank 0: its rows, each back in its place"),
     (counts_gathered, send_back, r"dispatch: rank 0 sent \d+ messages \(\d+ bytes\); one "
                                  r"alltoall of the counts and one all-to-all of the rows send"),
+    (float_table, lambda o, t, c: send_back(o, t.astype(np.int64), c),
+     r"rank 0's table is an array of float64; it counts rows: an integer array \(np.int64\)"),
     (waits_for_nobody, send_back, r"rank 0: recv from rank 1 tag 99 never matched \(rank 1 "
                                        r"finished\)"),
 ])
@@ -109,6 +118,12 @@ def test_zero_step(stage, optimizer):
                                     (4, [5, 6, 4], 3)]:
         check_zero_step(ShardedOptimizer, world_size, stage, optimizer, sizes, seed=seed,
                         block=())
+        check_zero_step(ShardedOptimizer, world_size, stage, optimizer, sizes, seed=seed,
+                        dtype="float32", block=())
+        check_zero_step(ShardedOptimizer, world_size, stage, optimizer, sizes, seed=seed,
+                        unused=seed % 4, block=())
+        check_zero_shape_error(ShardedOptimizer, world_size, stage, sizes, seed % 4, seed=seed,
+                               block=())
 
 
 def pack(zero):
@@ -180,6 +195,56 @@ class Sums(ShardedOptimizer):
         gather(self)
 
 
+class SkipsNone(ShardedOptimizer):
+    """A gradient that is None leaves its slot as it was (the last step's, in stage 1)."""
+
+    def step(self):
+        lo, hi = self.bounds[self.comm.rank]
+        for p, (start, stop) in zip(self.params, self.slots, strict=True):
+            if p.grad is not None:
+                self.grad_buffer[start:stop] = p.grad.reshape(-1) * self.scale
+            p.grad = None
+        self.grad_buffer[lo:hi] = reduce_scatter(self.grad_buffer, self.comm)
+        self.shard.grad = self.grad_buffer[lo:hi]
+        self.optimizer.step()
+        gather(self)
+
+
+class Unchecked(ShardedOptimizer):
+    """Any gradient of as many values goes in, whatever its shape (stage 1; its allgather
+    pads the shard in float64, as ``gather`` does)."""
+
+    def step(self):
+        self.grad_buffer[...] = pack(self)
+        lo, hi = self.bounds[self.comm.rank]
+        self.grad_buffer[lo:hi] = reduce_scatter(self.grad_buffer, self.comm)
+        self.shard.grad = self.grad_buffer[lo:hi]
+        self.optimizer.step()
+        gather(self)
+
+
+class Float64Buffers(ShardedOptimizer):
+    """The flat gradient of stage 2 and the padded shard in float64, whatever the model's."""
+
+    def step(self):
+        lo, hi = self.bounds[self.comm.rank]
+        flat = np.zeros(len(self.flat))
+        for p, (start, stop) in zip(self.params, self.slots, strict=True):
+            flat[start:stop] = p.grad.reshape(-1) / self.comm.size
+            p.grad = None
+        self.shard.grad = reduce_scatter(flat, self.comm)
+        self.optimizer.step()
+        gather(self)  # pads in float64 too
+
+
+class KeepsTheGradients(Unchecked):
+    def step(self):
+        grads = [p.grad for p in self.params]
+        Unchecked.step(self)
+        for p, g in zip(self.params, grads, strict=True):
+            p.grad = g
+
+
 class Inherited(ShardedOptimizer):
     def step(self):
         super().step()
@@ -201,6 +266,36 @@ class Inherited(ShardedOptimizer):
 def test_zero_step_rejects(wrong, stage, message):
     with pytest.raises(CheckFailed, match=message):
         check_zero_step(wrong, 2, stage, "adam", [4, 7, 3])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrong, stage, options, message", [
+    (SkipsNone, 1, dict(unused=1), r"rank 1's gradient of parameter 1 None at step 2: rank 0's "
+     r"parameter \d after the last step, against one process averaging the ranks' gradients, "
+     r"rank 1's of parameter 1 zeros at step 2"),
+    (Float64Buffers, 2, dict(dtype="float32"), r"\(float32\), 3 steps: after a step rank 0 keeps "
+     r"\d+ bytes of arrays, ZeRO-2 keeps \d+: .*\(4 bytes a value\) -- \d+ bytes of it are in "
+     r"arrays of another float dtype than the model's float32"),
+    (Unchecked, 1, dict(dtype="float32"), r"step 1: rank 0 sent \d+ messages \(\d+ bytes\): "
+     r"that is a reduce-scatter and an allgather with float64 values, where the model's are "
+     r"float32"),
+    (KeepsTheGradients, 1, {}, r"after the step rank 0's parameters \[0, 1, 2, 3\] still hold "
+     r"their gradients: set p.grad = None"),
+])
+def test_zero_step_rejects_what_the_edges_show(wrong, stage, options, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_zero_step(wrong, 2, stage, "adam", [4, 7, 3], **options)
+
+
+def test_zero_step_wants_a_value_error_naming_both_shapes():
+    with pytest.raises(CheckFailed, match=r"parameter 0 of shape \(7, 4\) given a gradient of "
+                       r"shape \(4, 7\): on rank 0 the step went on as if nothing was wrong; a "
+                       r"gradient whose shape is not its parameter's is an error: raise a "
+                       r"ValueError naming both shapes"):
+        check_zero_shape_error(Unchecked, 2, 1, [4, 7, 3], 0)
+    # one value more: numpy's own ValueError names both shapes, (8,) into (7,)
+    check_zero_shape_error(Unchecked, 2, 1, [4, 7, 3], 1)
+    check_zero_step(Unchecked, 2, 1, "adam", [4, 7, 3], unused=2)  # right where shapes are
 
 
 def test_zero_step_refuses_another_class_and_blocks_the_library():

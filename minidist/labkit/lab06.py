@@ -207,7 +207,8 @@ def check_softsync(softsync_class: type, rows: int, width: int, c: int, adds: in
         expect(np.array_equal(got_touched, touched), f"{where}: touched is "
                f"{np.flatnonzero(got_touched).tolist()}, expected keys "
                f"{np.flatnonzero(touched).tolist()}: mark every key a gradient touched")
-        expect(got_count == count and done is (count == c), f"{where}: count is "
+        answer = isinstance(done, bool | np.bool_) and done == (count == c)
+        expect(got_count == count and answer, f"{where}: count is "
                f"{got_count} and add returned {done!r}; expected count {count} and "
                f"{count == c}: add counts the gradients and answers True exactly when the "
                f"c-th has arrived")

@@ -9,14 +9,17 @@
    the transport, are one activation and one gradient per micro-batch. Each
    step runs through a probe of ``lab07_stages.py``, so that when the lab is
    graded the stage lives in the student's kernel and the ranks, their log
-   and their traffic in the grader.
+   and their traffic in the grader. A step that posts a message to or from a
+   rank that does not exist (before rank 0, after rank K-1: with K = 1 both)
+   is named as such.
 2. ``gpipe`` and 3. ``1f1b``: the student's schedule (a list of Steps per
    rank) must pass the library's ``check_schedule`` — a schedule that can
    never finish fails there, in a sentence naming the ranks and what each
    waits for, before anything runs — then run through ``Pipeline(schedule=...)``
    to one process's gradients; GPipe runs all forwards before any backward,
-   1F1B holds at most K - k micro-batches on stage k; both leave the bubble
-   of the formula on a clock where a forward takes 1 and a backward 2.
+   and its backwards last in, first out (the reverse of its forwards), 1F1B
+   holds at most K - k micro-batches on stage k; both leave the bubble of the
+   formula on a clock where a forward takes 1 and a backward 2.
 
 Every multi-rank run is bounded in time (``run_ranks``), and the in-process
 transport turns a deadlock into an error naming the ranks: no check hangs.
@@ -33,8 +36,17 @@ import numpy as np
 from minidist.autograd import Tensor, no_grad
 from minidist.labkit.blocking import blocked
 from minidist.labkit.checks import CheckFailed, expect, expect_close
-from minidist.labkit.lab07_stages import backward_on, forward_on, gradients_of, stage_of
-from minidist.labkit.ranks import MessageLog, run_ranks
+from minidist.labkit.lab07_stages import (
+    TaggedLog,
+    backward_on,
+    expect_peers_exist,
+    expected_calls,
+    forward_on,
+    gradients_of,
+    stage_of,
+    words,
+)
+from minidist.labkit.ranks import run_ranks
 from minidist.labkit.remote import name_of, on_student
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
@@ -88,50 +100,6 @@ def expect_one_process(what: str, loss: float, grads: dict[str, Any],
 
 
 # --- Task 1: the forward and backward exchange ---------------------------------------------
-class TaggedLog(MessageLog):
-    """Rank ``c`` as the answer sees it, writing down each message call it posts:
-    ``("send", dest, tag)`` or ``("recv", source, tag)``. Everything else is ``c``'s."""
-
-    def __init__(self, c: Any) -> None:
-        super().__init__(c, [])
-
-    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self.calls.append(("send", dest, tag))
-        self._c.send(buf, dest, tag)
-
-    def isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
-        self.calls.append(("send", dest, tag))
-        return self._c.isend(buf, dest, tag)
-
-    def recv(self, buf: Any, source: int, tag: int = 0) -> Any:
-        self.calls.append(("recv", source, tag))
-        return self._c.recv(buf, source, tag)
-
-    def irecv(self, buf: Any, source: int, tag: int = 0) -> Any:
-        self.calls.append(("recv", source, tag))
-        return self._c.irecv(buf, source, tag)
-
-    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, sendtag: int = 0,
-                 recvtag: int = 0) -> Any:
-        self.calls += [("send", dest, sendtag), ("recv", source, recvtag)]
-        return self._c.sendrecv(sendbuf, dest, recvbuf, source, sendtag, recvtag)
-
-
-def expected_calls(step: Step, last: int) -> list[tuple[str, int, int]]:
-    """What a step posts on rank k: F receives from k-1 and sends to k+1 (tag 2m+1);
-    B receives from k+1 and sends to k-1 (tag 2m+2); the ends of the pipe skip theirs."""
-    k, m = step.stage, step.micro
-    if step.phase == "F":
-        return [("recv", k - 1, 2 * m + 1)] * (k > 0) + [("send", k + 1, 2 * m + 1)] * (k < last)
-    return [("recv", k + 1, 2 * m + 2)] * (k < last) + [("send", k - 1, 2 * m + 2)] * (k > 0)
-
-
-def words(calls: list[tuple[str, int, int]]) -> str:
-    said = [f"{kind} {'to' if kind == 'send' else 'from'} rank {peer} (tag {tag})"
-            for kind, peer, tag in calls]
-    return "[" + ", ".join(said) + "]" if said else "nothing"
-
-
 def exchange_schedule(order: str, stages: int, micro_batches: int) -> list[list[Step]]:
     """"gpipe", "1f1b", or "shuffled": GPipe, but stage 1 takes the micro-batches in
     another order than stage 0 sends them (only the tags can match them up)."""
@@ -152,8 +120,8 @@ def check_exchange(forward_step: Callable[..., Any], backward_step: Callable[...
     """``MLP(sizes)`` cut into ``stages`` stages, a batch of ``batch`` rows in
     ``micro_batches`` micro-batches, the steps of ``order``, each through the answer."""
     __tracebackhide__ = True
-    what = (f"{stages} stages, {micro_batches} micro-batches of a batch of {batch}, "
-            f"{order} order")
+    what = (f"{stages} stage{'s' * (stages != 1)}, {micro_batches} micro-batches of a batch "
+            f"of {batch}, {order} order")
     x, y = make_batch(sizes, batch, seed)
     rows = [slice(lo, hi) for lo, hi in chunk_bounds(batch, micro_batches)]
     shapes, h = [], [x[r] for r in rows]  # shapes[k][m]: the input of stage k, micro-batch m
@@ -163,12 +131,16 @@ def check_exchange(forward_step: Callable[..., Any], backward_step: Callable[...
             h = [stage(Tensor(a)).data for a in h]
     schedule = exchange_schedule(order, stages, micro_batches)
 
+    logs: dict[int, tuple[TaggedLog, list[Step]]] = {}  # each rank's log and steps begun
+
     def body(c: Any) -> tuple[float | None, dict[str, np.ndarray], list]:
         k, last = c.rank, c.size - 1
         stage = on_student(stage_of, forward_step, sizes, seed, c.size, k)
         log, held, loss, posted = TaggedLog(c), {}, None, []
+        logs[k] = (log, [])
         for step in schedule[k]:
             m, before = step.micro, len(log.calls)
+            logs[k][1].append(step)
             if step.phase == "F":
                 # the loss of micro-batch m on the last rank, weighted by its share of the batch
                 labels = y[rows[m]] if k == last else None
@@ -184,7 +156,11 @@ def check_exchange(forward_step: Callable[..., Any], backward_step: Callable[...
             posted.append((step, log.calls[before:]))
         return loss, on_student(gradients_of, stage), posted
 
-    results, stats = run_ranks(body, stages, what, block)
+    try:
+        results, stats = run_ranks(body, stages, what, block)
+    except CheckFailed:
+        expect_peers_exist(what, stages, logs)
+        raise
     for posted in (r[2] for r in results):
         for step, calls in posted:
             name = "forward_step" if step.phase == "F" else "backward_step"
@@ -260,7 +236,7 @@ def check_gpipe(gpipe: Callable[[int, int], Any], stages: int, micro_batches: in
                 batch: int = 10, sizes: tuple[int, ...] = SIZES, seed: int = 0,
                 block: tuple[str, ...] = LIBRARY_GPIPE) -> None:
     """``gpipe(K, M)``: valid, all forwards before any backward, the formula's bubble,
-    and one process's gradients through the engine."""
+    the backwards last in, first out, and one process's gradients through the engine."""
     __tracebackhide__ = True
     what = f"gpipe({stages}, {micro_batches})"
     schedule = answer_schedule(gpipe, stages, micro_batches, block)
@@ -270,6 +246,14 @@ def check_gpipe(gpipe: Callable[[int, int], Any], stages: int, micro_batches: in
                f"{micro_batches} forwards, then all {micro_batches} backwards")
     expect_bubble(what, schedule, micro_batches, ": every stage takes the micro-batches in "
                   "the order they come (F0, F1, ...), and the backwards in one order too")
+    for k, steps in enumerate(schedule):
+        forwards = [s.micro for s in steps if s.phase == "F"]
+        backwards = [s.micro for s in steps if s.phase == "B"]
+        expect(backwards == forwards[::-1], f"{what}: rank {k} runs its backwards "
+               f"{' '.join(f'B{m}' for m in backwards)} after the forwards "
+               f"{' '.join(f'F{m}' for m in forwards)}; GPipe's backwards go last in, first "
+               f"out, {' '.join(f'B{m}' for m in forwards[::-1])}: the micro-batch whose "
+               "forward ran last is the first whose gradient comes back")
     pipeline_run(schedule, micro_batches, batch, sizes, seed, f"{what} run by Pipeline")
 
 

@@ -13,10 +13,13 @@
    end at different times: the span is the whole step's, not the row's).
 5. ``checkpoint``: the student's ``checkpoint_segments(modules, segments, x)``
    on an MLP: the loss and every gradient must equal those without
-   checkpointing (float64), and the most activation bytes the graph keeps at
-   once (``md.autograd.saved_bytes``) must fall to what checkpointing the
-   same segments with the library gives: an answer that keeps everything, or
-   cuts the graph instead of recomputing it, fails. ``check_checkpoint_memory``
+   checkpointing (float64); each module's forward must run twice if its run is
+   checkpointed (once more in backward) and once in the last run, the runs cut
+   by ``chunk_bounds`` (checkpointing the last run too, or cutting the runs
+   otherwise, fails there, named); and the most activation bytes the graph
+   keeps at once (``md.autograd.saved_bytes``) must fall to what checkpointing
+   the same segments with the library gives: an answer that keeps everything,
+   or cuts the graph instead of recomputing it, fails. ``check_checkpoint_memory``
    makes the same claim on an MLP whose activations weigh megabytes, in the
    memory the operating system counts for the process that runs the answer
    (``resident.py``: when graded, the kernel's, read by the grader): its peak
@@ -42,7 +45,7 @@ from minidist.autograd import Tensor
 from minidist.autograd.checkpoint import checkpoint_sequential
 from minidist.autograd.memory import saved_bytes
 from minidist.labkit.blocking import blocked
-from minidist.labkit.checks import expect
+from minidist.labkit.checks import CheckFailed, expect
 from minidist.labkit.lab07 import expect_one_process, make_batch
 from minidist.labkit.ranks import ClockLog, run_ranks
 from minidist.labkit.remote import on_student
@@ -50,6 +53,7 @@ from minidist.labkit.resident import memory_of
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.parallel.pipeline import Pipeline
+from minidist.util import chunk_bounds
 
 LIBRARY_BUBBLE = ("lab07_bubble",)
 LIBRARY_CHECKPOINT = ("lab07_checkpoint",)
@@ -181,10 +185,62 @@ def checkpointed_step(forward: Callable[[Any], Tensor], sizes: list[int], batch:
 
 
 def checkpointed_answer(checkpoint_segments: Callable[..., Any], segments: int,
-                        sizes: list[int], batch: int, seed: int) -> tuple[float, dict, int]:
-    """Probe: ``checkpointed_step`` through ``checkpoint_segments(modules, segments, x)``."""
-    return checkpointed_step(lambda model, x: checkpoint_segments(list(model), segments, x),
-                             sizes, batch, seed)
+                        sizes: list[int], batch: int, seed: int
+                        ) -> tuple[float, dict, int, list[int]]:
+    """Probe: ``checkpointed_step`` through ``checkpoint_segments(modules, segments, x)``;
+    and how many times each module's forward ran in the step."""
+    calls: list[int] = []
+
+    def forward(model: Any, x: Tensor) -> Tensor:
+        modules = list(model)
+        calls.extend([0] * len(modules))
+        for i, module in enumerate(modules):
+            module.forward = counted(module.forward, calls, i)
+        return checkpoint_segments(modules, segments, x)
+
+    return (*checkpointed_step(forward, sizes, batch, seed), calls)
+
+
+def counted(forward: Callable[..., Any], calls: list[int], i: int) -> Callable[..., Any]:
+    """``forward``, adding 1 to ``calls[i]`` each time it runs."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        calls[i] += 1
+        return forward(*args, **kwargs)
+    return run
+
+
+def expect_forward_calls(what: str, calls: list[int], segments: int) -> None:
+    """Each module of a checkpointed run ran forward twice (once more in backward), each of
+    the last run's once; the runs cut by ``chunk_bounds(len(modules), segments)``."""
+    __tracebackhide__ = True
+    n = len(calls)
+    start = chunk_bounds(n, segments)[-1][0]  # the last run: modules start..n-1
+    expected = [2] * start + [1] * (n - start)
+    if calls == expected:
+        return
+    ones = n - next((i for i in range(n - 1, -1, -1) if calls[i] != 1), -1) - 1
+    shape = all(c == 2 for c in calls[:n - ones]) and ones < n
+    hint = ("the last run ran forward twice too: it runs plainly, once (checkpointing it "
+            "would only recompute it at once)" if ones == 0 and shape else
+            f"the last run here is modules {n - ones}..{n - 1}, where chunk_bounds({n}, "
+            f"{segments}) makes it modules {start}..{n - 1}: cut the runs with chunk_bounds("
+            "len(modules), segments), whose first runs are the longer ones" if shape else
+            "no module ran twice: nothing was recomputed in backward" if set(calls) == {1}
+            else "each module of a checkpointed run runs forward twice (under no_grad, then "
+            "again in backward), each of the last run once")
+    raise CheckFailed(f"{what}: the step ran the forwards of {times(calls)}; checkpointing "
+                      f"each run but the last runs those of {times(expected)}: {hint}")
+
+
+def times(calls: list[int]) -> str:
+    """``[2, 2, 1]`` as "modules 0..1 twice, 2 once"."""
+    said, start = [], 0
+    for i in range(1, len(calls) + 1):
+        if i == len(calls) or calls[i] != calls[start]:
+            count = {1: "once", 2: "twice"}.get(calls[start], f"{calls[start]} times")
+            said.append(f"{start}..{i - 1} {count}" if i - 1 > start else f"{start} {count}")
+            start = i
+    return "modules " + ", ".join(said)
 
 
 def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, segments: int,
@@ -200,11 +256,12 @@ def check_checkpointing(checkpoint_segments: Callable[..., Any], layers: int, se
     *_, least = checkpointed_step(
         lambda model, x: checkpoint_sequential(list(model), segments, x), sizes, batch, seed)
     with blocked(*block):
-        got_loss, got_grads, peak = on_student(checkpointed_answer, checkpoint_segments,
-                                               segments, sizes, batch, seed)
+        got_loss, got_grads, peak, calls = on_student(checkpointed_answer, checkpoint_segments,
+                                                      segments, sizes, batch, seed)
     expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "
                        "the last through md.checkpoint, which recomputes it in backward; a "
                        "segment run under no_grad alone cuts the graph")
+    expect_forward_calls(what, calls, segments)
     expect(peak <= least, f"{what}: the graph kept up to {peak} bytes of activations at once; "
            f"without checkpointing it keeps {plain}, with each segment but the last "
            f"checkpointed {least}: pass each segment but the last through checkpoint(run, x), "
@@ -227,8 +284,8 @@ def check_checkpoint_memory(checkpoint_segments: Callable[..., Any], layers: int
             loss, grads, _ = checkpointed_step(forward, sizes, batch, seed)
         grew[name] = grown.bytes
     with blocked(*block), memory_of(checkpoint_segments) as grown:
-        got_loss, got_grads, _ = on_student(checkpointed_answer, checkpoint_segments,
-                                            segments, sizes, batch, seed)
+        got_loss, got_grads, *_ = on_student(checkpointed_answer, checkpoint_segments,
+                                             segments, sizes, batch, seed)
     expect_one_process(what, got_loss, got_grads, (loss, grads), ": pass each segment but "
                        "the last through md.checkpoint, which recomputes it in backward")
     plain, least = grew["plain"], grew["least"]

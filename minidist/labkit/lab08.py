@@ -7,8 +7,9 @@
    ranks' partial outputs with one allreduce; backward passes the gradient
    through and sends nothing.
 2. ``mlp_split``: the student's MLP block built on every rank from the whole
-   weights. Each rank keeps its slice (the rows of w1 and b1 of its hidden
-   units, the same columns of w2, b2 whole); the output, the input's gradient
+   weights. Each rank keeps a copy of its slice (the rows of w1 and b1 of its
+   hidden units, the same columns of w2, b2 whole), sharing no memory with the
+   weights it was given; the output, the input's gradient
    and every weight's gradient equal the whole block's in one process
    (float64); forward sends exactly one allreduce of the output and backward
    one of the input's gradient, counted by the transport: an answer that
@@ -212,13 +213,13 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
     y, x_grad, grads = whole_mlp(w, x, dy, activation)
 
     def body(c: Any) -> dict[str, Any]:
-        bench, held = on_student(mlp_on_rank, mlp_class, c, w, activation)
+        bench, held, views = on_student(mlp_on_rank, mlp_class, c, w, activation)
         phases = Phases(c)
         with phases("forward"):
             on_student(mlp_forward, bench, c, x)
         with phases("backward"):
             on_student(backward_of, bench, c, "y", dy)
-        return dict(on_student(mlp_results, bench), held=held, sent=phases.sent)
+        return dict(on_student(mlp_results, bench), held=held, views=views, sent=phases.sent)
 
     results, _ = run_ranks(body, world_size, what, block)
     part = hidden // world_size
@@ -234,6 +235,10 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
             expect_close(f"{what}: rank {rank}'s {name}, of which it keeps {kind}"
                          + (" (it kept the whole matrix: each rank holds 1/P of it)"
                             if whole else ""), r["held"][name], expected, 1e-12, 1e-14)
+        expect(not r["views"], f"{what}: rank {rank}'s {', '.join(r['views'])} share memory "
+               "with the whole weights the layer was given (views of w1, b1, w2, b2): keep "
+               "copies of your slices (.copy()), so that training this rank's layer changes "
+               "neither the caller's arrays nor another rank's")
         try:
             expect_close(f"{what}: the output on rank {rank}", r["y"], y, 1e-10, 1e-12)
         except CheckFailed as failure:

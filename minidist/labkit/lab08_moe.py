@@ -6,9 +6,9 @@ the student's ``dispatch`` and ``send_back`` twice:
 
 1. ``dispatch`` alone: rank r must receive exactly the rows every rank had for
    its experts r·E/P .. (r+1)·E/P - 1, sorted by expert, rank 0's first within
-   an expert, and the table of counts (P, E/P); a row that went to another
-   rank is named (which rank had it, for which expert, and where that expert
-   lives);
+   an expert, and the table of counts (P, E/P), an integer array; a row that
+   went to another rank is named (which rank had it, for which expert, and
+   where that expert lives);
 2. ``dispatch``, each expert's rows scaled by a number of its own (the
    "expert"), ``send_back``, then backward: every row comes home in its place,
    scaled by its expert, and its gradient is the upstream gradient scaled the
@@ -111,6 +111,9 @@ def check_dispatch(dispatch: Callable[..., Any], send_back: Callable[..., Any],
     results, _ = run_ranks(only_dispatch, world_size, what, block)
     for rank, (received, table) in enumerate(results):
         expect_received(what, rank, received, lay)
+        expect(np.issubdtype(table.dtype, np.integer), f"{what}: rank {rank}'s table is an "
+               f"array of {table.dtype}; it counts rows: an integer array (np.int64), as "
+               "alltoall returns the int64 counts, which send_back and the layer use as counts")
         expect(table.shape == lay["tables"][rank].shape and
                np.array_equal(table, lay["tables"][rank]), f"{what}: rank {rank}'s table is "
                f"{table.tolist()}, expected {lay['tables'][rank].tolist()}: table[i, e] rows "

@@ -74,11 +74,15 @@ def f_and_g_results(bench: Bench) -> dict[str, Any]:
 
 # --- Task 2: the split MLP -------------------------------------------------------------------
 def mlp_on_rank(mlp_class: type, c: Any, w: dict[str, np.ndarray],
-                activation: str) -> tuple[Bench, dict[str, np.ndarray]]:
-    """Probe: ``mlp_class(w1, b1, w2, b2, c, activation)``; copies of what it keeps."""
+                activation: str) -> tuple[Bench, dict[str, np.ndarray], list[str]]:
+    """Probe: ``mlp_class(w1, b1, w2, b2, c, activation)``; copies of what it keeps, and the
+    names of its parameters whose arrays share memory with the whole weights it was given."""
     bench = Bench()
     bench.layer = mlp_class(w["w1"], w["b1"], w["w2"], w["b2"], c, activation)
-    return bench, {name: to_numpy(p.data).copy() for name, p in bench.layer.named_parameters()}
+    named = dict(bench.layer.named_parameters())
+    views = [name for name, p in named.items() if isinstance(p.data, np.ndarray)
+             and any(np.shares_memory(p.data, whole) for whole in w.values())]
+    return bench, {name: to_numpy(p.data).copy() for name, p in named.items()}, views
 
 
 def mlp_forward(bench: Bench, c: Any, x: np.ndarray) -> None:
@@ -160,18 +164,22 @@ def moe_on_rank(dispatch: Callable[..., Any], send_back: Callable[..., Any], c: 
 
 # --- Task 4: ZeRO's step ---------------------------------------------------------------------
 def zero_on_rank(zero_class: type, c: Any, sizes: list[int], seed: int, optimizer: str,
-                 stage: int, hyper: dict[str, float]) -> Bench:
+                 stage: int, hyper: dict[str, float], dtype: str = "float64") -> Bench:
     """Probe: this rank's MLP (its own weights: rank 0's are broadcast) and its optimiser."""
     bench = Bench()
-    bench.model = MLP(sizes, dtype=np.float64, rng=seed + c.rank)
+    bench.model = MLP(sizes, dtype=np.dtype(dtype), rng=seed + c.rank)
     bench.zero = zero_class(bench.model.parameters(), c, optimizer, stage=stage, **hyper)
     return bench
 
 
-def zero_backward(bench: Bench, c: Any, x: np.ndarray, y: np.ndarray) -> None:
-    """Probe: zero_grad, then backward on this rank's rows."""
+def zero_backward(bench: Bench, c: Any, x: np.ndarray, y: np.ndarray,
+                  unused: int | None = None) -> None:
+    """Probe: zero_grad, then backward on this rank's rows; parameter ``unused``'s gradient
+    then None (a parameter this rank did not use)."""
     bench.zero.zero_grad()
-    cross_entropy(bench.model(Tensor(x)), y).backward()
+    cross_entropy(bench.model(Tensor(x.astype(bench.zero.flat.dtype))), y).backward()
+    if unused is not None:
+        list(bench.model.parameters())[unused].grad = None
 
 
 def zero_stepped(bench: Bench, c: Any) -> None:
@@ -179,11 +187,29 @@ def zero_stepped(bench: Bench, c: Any) -> None:
     bench.zero.step()
 
 
+def zero_misshapen(bench: Bench, c: Any, index: int, shape: tuple[int, ...]) -> tuple[str, str]:
+    """Probe: parameter ``index``'s gradient replaced by one of ``shape`` (its values, in
+    another shape when it has as many), then a step: what it raised ("" if nothing)."""
+    p = list(bench.model.parameters())[index]
+    size = int(np.prod(shape))
+    grad = np.ravel(p.grad)
+    p.grad = (grad.reshape(shape) if size == grad.size else np.zeros(shape, grad.dtype))
+    try:
+        bench.zero.step()
+    except Exception as error:  # the verdict is the check's: it reads what was raised
+        return type(error).__name__, str(error)
+    return "", ""
+
+
 def zero_results(bench: Bench) -> dict[str, Any]:
-    """Probe: the weights, and the bytes of the arrays the optimiser keeps."""
+    """Probe: the weights, the bytes of the arrays the optimiser keeps (and of those of them
+    whose float dtype is not the model's), and which parameters still hold a gradient."""
     arrays, state = kept_arrays(bench.zero, bench.zero.comm)
+    dtype = bench.zero.flat.dtype
     return dict(weights=[np.array(p.data) for p in bench.model.parameters()],
-                kept=owned_bytes(arrays), state=owned_bytes(state))
+                kept=owned_bytes(arrays), state=owned_bytes(state),
+                other=owned_bytes(a for a in arrays if a.dtype.kind == "f" and a.dtype != dtype),
+                graded=[i for i, p in enumerate(bench.model.parameters()) if p.grad is not None])
 
 
 def kept_arrays(root: Any, skip: Any) -> tuple[list[Any], list[Any]]:

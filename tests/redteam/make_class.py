@@ -480,12 +480,15 @@ def lab07_redefines_the_checks(nb: Notebook, course: dict) -> None:
 @attack("solution", ["lab07_checkpoint"], lab="lab07_pipelines")
 def lab07_forges_saved_bytes(nb: Notebook, course: dict) -> None:
     """Keeps every activation (no checkpoints: the right loss and gradients), with the
-    probe patched to report no saved bytes. The memory check reads the kernel's resident
-    memory from the operating system, which the patch does not reach."""
+    probe patched to report no saved bytes and the forward calls checkpoints would make.
+    The memory check reads the kernel's resident memory from the operating system, which
+    the patch does not reach."""
     nb.set("answer_checkpoint", "import minidist.labkit.lab07_costs as _l7c\n"
            "_honest = _l7c.checkpointed_answer\n\n\n"
            "def _forged(checkpoint_segments, segments, sizes, batch, seed):\n"
-           "    return _honest(checkpoint_segments, segments, sizes, batch, seed)[:2] + (0,)\n"
+           "    loss, grads, _, calls = _honest(checkpoint_segments, segments, sizes, batch,"
+           " seed)\n    last = chunk_bounds(len(calls), segments)[-1][0]\n"
+           "    return loss, grads, 0, [2 if i < last else 1 for i in range(len(calls))]\n"
            "\n\n_l7c.checkpointed_answer = _forged\n\n\n"
            "def checkpoint_segments(modules, segments, x):\n    for module in modules:\n"
            "        x = module(x)\n    return x\n")
