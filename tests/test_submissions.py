@@ -11,8 +11,9 @@ from minidist.course import main
 from minidist.course.submissions import collect, safe_id
 
 RELEASE = {"lab01_autograd": ["lab01_autograd.ipynb"]}
+ANSWER = {"nbgrader": {"grade_id": "answer", "solution": True, "grade": False, "locked": False}}
 NOTEBOOK = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                       "cells": [{"cell_type": "code", "source": "", "metadata": {},
+                       "cells": [{"cell_type": "code", "source": "", "metadata": ANSWER,
                                   "outputs": [], "execution_count": None}]})
 
 
@@ -55,6 +56,16 @@ def test_flat_files_beside_submitted_are_read_too(tmp_path):
     subs = {s.student: s for s in collect(tmp_path, RELEASE)}
     assert sorted(subs) == ["alice", "bob", "carol"]
     assert subs["carol"].problem is None and "not JSON" in subs["bob"].problem
+
+
+def test_a_notebook_stripped_of_its_grading_metadata_says_so(tmp_path):
+    """Saved by a tool that drops cell metadata, it once scored zero with no sentence."""
+    stripped = json.loads(NOTEBOOK)
+    stripped["cells"][0]["metadata"] = {}
+    (tmp_path / "erin_lab01_autograd.ipynb").write_text(json.dumps(stripped))
+    (sub,) = collect(tmp_path, RELEASE)
+    assert "has no grading metadata" in sub.problem
+    assert "submit the notebook released for this lab" in sub.problem
 
 
 def test_the_graders_own_output_inside_the_folder_is_no_submission(tmp_path):

@@ -17,7 +17,10 @@ The release gradebook (graded cells, points, hidden tests) is built once from
    deleted.
 
 Whatever a notebook does (loop, crash its kernel, delete test cells, not be a
-notebook at all) ends as a score and a sentence in its own row.
+notebook at all) ends as a score and a sentence in its own row (``problems.py``
+words them), and a student whose run left no feedback page gets a problem page
+with that sentence. A kernel that could not even start under the lab's limits
+is reported as the grading environment's failure, not the student's.
 Cost: about 3 s plus the notebook's own run time per student; ``--jobs``
 students at a time.
 """
@@ -39,6 +42,7 @@ from pathlib import Path
 from minidist.course import isolation
 from minidist.course.feedback import generate_feedback
 from minidist.course.nbgrader_fork import ForkServer
+from minidist.course.problems import environment_failure, failed_cells, nbgrader_failure
 from minidist.course.release import build_course, nbgrader_env
 from minidist.course.settings import known_labs, limits_for
 from minidist.course.submissions import Submission, collect
@@ -109,32 +113,6 @@ def build_release(root: Path, scratch: Path, labs: list[str], server: ForkServer
     return Release(scratch, notebooks, max_scores, checks)
 
 
-def failed_cells(autograded: Path) -> list[str]:
-    """'grade_id: Error: message' for each graded cell that failed and each cell that timed out."""
-    lines = []
-    for path in sorted(autograded.glob("*.ipynb")):
-        for cell in json.loads(path.read_text()).get("cells", []):
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            stopped = any(o.get("ename") in ("CellTimeoutError", "DeadKernelError")
-                          for o in errors)
-            if errors and (meta.get("grade") or stopped):
-                evalue = str(errors[-1].get("evalue", "")).strip().splitlines()
-                lines.append(f"{meta.get('grade_id')}: {errors[-1].get('ename')}: "
-                             f"{evalue[0][:200] if evalue else ''}".rstrip(": "))
-    return lines
-
-
-def nbgrader_failure(log: str) -> str:
-    """The sentence for an autograde run that produced no graded notebook."""
-    if "DeadKernelError" in log or "Kernel died" in log:
-        return "the kernel died (os._exit, a crash, or the memory/CPU limit): scored zero"
-    if "UnresponsiveKernelError" in log:
-        return "the kernel stopped answering and could not be interrupted: scored zero"
-    tail = [line for line in log.splitlines() if "rror" in line]
-    return f"nbgrader could not grade it: {tail[-1][:200] if tail else 'see the log'}"
-
-
 class Grader:
     """Grades submissions of the labs in ``root/solutions`` into ``out``."""
 
@@ -178,6 +156,8 @@ class Grader:
         finally:
             shutil.rmtree(private, ignore_errors=True)
         result.problems += sub.notes
+        if not any((self.out / "feedback" / sub.student / sub.lab).glob("*.html")):
+            self._write_problem_page(result)  # the student's only page: it says what failed
         result.seconds = time.perf_counter() - started
         return result
 
@@ -191,7 +171,7 @@ class Grader:
         shutil.copyfile(self.release.course / "gradebook.db", course / "gradebook.db")
         for name, path in sub.notebooks.items():
             shutil.copyfile(path, submitted / name)
-        reason = f"the cell ran longer than {timeout} s and was stopped; it scores zero"
+        reason = f"the cell ran longer than {timeout} s, the time limit of a cell, and was stopped"
         isolation.write_kernel_spec(private / "jupyter")
         with self._lock:
             uid = isolation.pick_uid(self._uids) if isolation.running_as_root() else None
@@ -225,11 +205,15 @@ class Grader:
                   "(see grading/README.md)", file=sys.stderr)
         result = GradeResult(sub.student, sub.lab, 0.0, max_score)
         autograded = course / "autograded" / sub.student / sub.lab
+        environment = environment_failure(log, autograded, sub.lab, limits)
         if returncode is None:
             result.problems.append(f"grading stopped at the {limits.notebook_timeout_s} s "
                                    "limit for the whole notebook: scored zero")
+        elif environment is not None:  # not the student's doing: the instructor must know
+            result.problems.append(environment)
+            print(f"warning: {sub.student}'s {sub.lab} was {environment}", file=sys.stderr)
         elif not any(autograded.glob("*.ipynb")):
-            result.problems.append(nbgrader_failure(log))
+            result.problems.append(nbgrader_failure(log, sub.lab))
         else:
             self._read_scores(course, result)
             result.problems.extend(failed_cells(autograded))

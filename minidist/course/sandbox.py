@@ -18,7 +18,13 @@ Locking in, in order:
 3. drop privileges (root only): become a user id of its own, with no
    groups, so the grader's files (0700) and the gradebook are unreadable and
    every process the notebook leaves behind can be found by its uid;
-4. an empty working directory that is also HOME and TMPDIR.
+4. an empty working directory that is also HOME and TMPDIR;
+5. once it is a kernel (``load_ipython_extension``, which the kernel loads as
+   an IPython extension), what a cell prints past ``MAX_OUTPUT`` characters on
+   stdout, or on stderr, is dropped, and IPython keeps no copy of it: a cell
+   that prints without end would send the grader more than it can read
+   before the cell's time limit, and IPython's copy of every string printed
+   would grow until the memory limit killed the kernel.
 
 The settings come from the ``MINIDIST_SANDBOX`` environment variable (JSON),
 written by ``minidist.course.grade``. Without root, steps 1 and 3 are skipped:
@@ -28,6 +34,7 @@ read; grade inside a container, as root, for the full isolation.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -37,7 +44,9 @@ import shutil
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from minidist.util.mpiexec import ONE_THREAD
 
@@ -46,6 +55,10 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 1 << 14, 1 << 18
 _libc = ctypes.CDLL(None, use_errno=True)
+EXTENSION = "minidist.course.sandbox"  # this module, loaded by the kernel (step 5)
+MAX_OUTPUT = 1_000_000  # characters a cell may print, on stdout and on stderr each
+CUT = (f"\n[the grader cut this cell's output here: it printed more than {MAX_OUTPUT:,} "
+       "characters]\n")
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int,
@@ -132,6 +145,35 @@ def kernel_environment(workdir: str) -> dict[str, str]:
             **ONE_THREAD}
 
 
+def capped(write: Callable[[str], Any], cell: Callable[[], Any]) -> Callable[[str], int]:
+    """``write``, an output stream's, dropping what one cell writes past ``MAX_OUTPUT``
+    characters (``cell()`` names the cell writing now)."""
+    written = {"cell": None, "chars": 0}
+
+    def write_capped(text: str) -> int:
+        if cell() != written["cell"]:
+            written.update(cell=cell(), chars=0)
+        before = written["chars"]
+        written["chars"] += len(text)
+        if before < MAX_OUTPUT:
+            write(text[:MAX_OUTPUT - before])
+        if before <= MAX_OUTPUT < written["chars"]:  # the first write cut: say so, once
+            write(CUT)
+        return len(text)
+
+    return write_capped
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """Step 5: cut what a cell prints, each stream counted for the cell it came from. IPython
+    (9) also keeps every string a cell prints, as its output history, which a cell printing
+    without end grows until the kernel dies of its memory limit: that history is not kept."""
+    shell._tee = lambda channel: contextlib.nullcontext()  # IPython's run_cell captures with it
+    for stream in (sys.stdout, sys.stderr):
+        stream.write = capped(stream.write,
+                              lambda s=stream: getattr(s, "parent_header", {}).get("msg_id"))
+
+
 def main(argv: list[str]) -> None:
     settings = json.loads(os.environ["MINIDIST_SANDBOX"])
     workdir, uid = settings["workdir"], settings.get("uid")
@@ -159,7 +201,8 @@ def main(argv: list[str]) -> None:
         os.setgid(uid)
         os.setuid(uid)
     os.chdir(workdir)
-    os.execve(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args],
+    os.execve(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args,
+                               f"--IPKernelApp.extensions={EXTENSION}"],
               kernel_environment(workdir))
 
 

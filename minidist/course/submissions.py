@@ -7,8 +7,9 @@ Two layouts are accepted, mixed if need be:
 - ``<folder>/<student>_<lab>.ipynb`` (one file per student and lab).
 
 Nothing here runs student code. A file that cannot be graded (not JSON, no
-cells, named for no known lab) becomes a ``Submission`` with a ``problem``,
-which scores zero with that sentence in the summary instead of stopping the run.
+cells, no cell with nbgrader's metadata, named for no known lab) becomes a
+``Submission`` with a ``problem``, which scores zero with that sentence in the
+summary instead of stopping the run.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def notebook_problem(path: Path) -> str | None:
         return f"{path.name} is not a notebook (no list of cells)"
     if notebook.get("nbformat") != 4:
         return f"{path.name} is not an nbformat 4 notebook"
+    if not any(isinstance(cell, dict) and isinstance(cell.get("metadata"), dict)
+               and cell["metadata"].get("nbgrader") for cell in notebook["cells"]):
+        return (f"{path.name} has no grading metadata (the nbgrader data hidden in its cells "
+                "was removed, as a tool that strips metadata does), so nothing in it can be "
+                "graded: submit the notebook released for this lab with your answers filled in")
     return None
 
 

@@ -18,7 +18,12 @@ replaces nbgrader's ``Execute`` step:
 3. a kernel that dies in a cell (``os._exit``, a signal, the memory limit)
    is restarted, and the cells that had run are run again, so the tasks that
    do not depend on the dead cell are still graded; a kernel that no longer
-   answers after a timeout is restarted the same way.
+   answers after a timeout is restarted the same way, and so is one whose
+   cell's output had not ended ``iopub_timeout`` seconds after its reply (a
+   flood the grader reads behind; nbgrader's own setting makes that an error
+   that loses the whole notebook). Of a cell's outputs the grader keeps
+   ``MAX_KEPT`` characters: the kernel cuts what a cell prints first
+   (``sandbox.py``), so this bounds only a kernel the notebook changed.
 
 A lab without a ``checks_file`` entry (its checks not yet written for
 remote objects) runs its test cells in the kernel, as plain nbgrader does.
@@ -40,12 +45,13 @@ from jupyter_core.utils import run_sync
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 from minidist.course.channel import CellTimeout, KernelChannel, KernelDied, is_idle
 from minidist.labkit.remote import Remote, Session
 
 QUIET_S, DRAIN_S = 0.05, 10.0  # what the kernel published for a check: dropped (see below)
+MAX_KEPT = 2_000_000  # characters of a cell's outputs kept; the rest is dropped
 DIED = ("the kernel died in this cell (os._exit, a signal, or the memory limit); it was "
         "restarted and the cells before this one were run again")
 
@@ -75,6 +81,9 @@ class TrustedExecute(Execute):
     checks_file = Unicode("", help="JSON: grade_id -> {source, test} of the lab's locked "
                           "cells; the lab's checks run in the grader when it lists them"
                           ).tag(config=True)
+    raise_on_iopub_timeout = Bool(False, help="Whether a cell whose output has not ended "
+                                  "iopub_timeout s after its reply fails the notebook (here, "
+                                  "the kernel is restarted instead)").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: Any = None, km: Any = None) -> Any:
         lab = (resources or {}).get("nbgrader", {}).get("assignment", "")
@@ -98,18 +107,34 @@ class TrustedExecute(Execute):
                 cell.outputs = self._run_check(check["source"])
                 self._drop_what_the_check_published()
                 return cell, self.resources
+        self._ended, self._kept, launched = False, 0, self.code_cells_executed
         try:
             cell = self.execute_cell(cell, index, store_history=True)
         except DeadKernelError:
             cell.outputs = [error_output("DeadKernelError", DIED)]
             self.restart()
             return cell, self.resources
-        if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):
-            if not self._channel.responsive():
-                self.restart()
-        else:
+        stopped = any(o.get("ename") == "CellTimeoutError" for o in cell.outputs)
+        if not stopped:
             self._ran.append(cell.source)
+        behind = self.code_cells_executed > launched and not self._ended
+        if behind or (stopped and not self._channel.responsive()):
+            self.restart()  # what the kernel still had to send goes with it
         return cell, self.resources
+
+    def process_message(self, msg: dict, cell: NotebookNode, cell_index: int) -> Any:
+        """nbclient's, noting that the cell's output has ended (the kernel is idle again)."""
+        if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+            self._ended = True
+        return super().process_message(msg, cell, cell_index)
+
+    def output(self, outs: list, msg: dict, display_id: str | None, cell_index: int) -> Any:
+        """nbclient's, but a cell's outputs past ``MAX_KEPT`` characters are dropped."""
+        content = msg["content"]
+        self._kept += len(str(content.get("text", ""))) + sum(
+            len(str(value)) for value in (content.get("data") or {}).values())
+        return super().output(outs, msg, display_id, cell_index) \
+            if self._kept <= MAX_KEPT else None
 
     def _run_check(self, source: str) -> list[NotebookNode]:
         """Run a test cell here; the student's names reach the kernel as ``Remote``s."""
