@@ -100,8 +100,9 @@ class MPICommunicator(Communicator):
             index = int(MPI.Request.Waitany([r.request for r in requests], status))
         except MPI.Exception as err:
             raise named_failure(self.mpi_comm, err) from None
-        if isinstance(requests[index], UptoRequest):
-            requests[index].arrived(status)
+        arrived = getattr(requests[index], "arrived", None)  # a receive's (or its inner one's)
+        if arrived is not None:
+            arrived(status)  # its status is Waitany's: the request itself is spent
         requests[index].wait()  # returns at once; a receive into a device array copies up
         return index
 
@@ -181,24 +182,32 @@ class RecvRequest(MPIRequest):
                  receive: tuple[int, np.ndarray, int, int]) -> None:
         super().__init__(request, mpi_comm)
         self.receive = receive  # (rank, buffer, source, tag), for check_arrived
+        self.done = False
 
     def wait(self) -> None:
-        status = MPI.Status()
-        try:
-            self.request.Wait(status)
-        except MPI.Exception as err:
-            raise named_failure(self.mpi_comm, err, *self.receive) from None
-        check_arrived(status, *self.receive)
+        if not self.done:
+            status = MPI.Status()
+            try:
+                self.request.Wait(status)
+            except MPI.Exception as err:
+                raise named_failure(self.mpi_comm, err, *self.receive) from None
+            self.arrived(status)
 
     def test(self) -> bool:
-        status = MPI.Status()
-        try:
-            done = bool(self.request.Test(status))
-        except MPI.Exception as err:
-            raise named_failure(self.mpi_comm, err, *self.receive) from None
-        if done:
-            check_arrived(status, *self.receive)
-        return done
+        if not self.done:
+            status = MPI.Status()
+            try:
+                if not self.request.Test(status):
+                    return False
+            except MPI.Exception as err:
+                raise named_failure(self.mpi_comm, err, *self.receive) from None
+            self.arrived(status)
+        return True
+
+    def arrived(self, status: MPI.Status) -> None:
+        """Complete, with ``status`` (its own, or ``wait_any``'s)."""
+        self.done = True
+        check_arrived(status, *self.receive)
 
 
 def check_arrived(status: MPI.Status, rank: int, buf: np.ndarray, source: int,
