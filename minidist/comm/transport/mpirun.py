@@ -22,7 +22,9 @@ stated time, with one line naming the rank, and leaves no process:
    MPICH's hydra kills every other rank's process group (a guard and its
    rank are one group, so they end together, and only the dead rank's guard
    speaks). If it has not ended :data:`DEATH_GRACE` seconds after the
-   guard's line, the job is stopped here.
+   guard's line, the job is stopped here; so too after a guard's line that
+   its rank exited with an error status (``os._exit(3)``, a failed assertion
+   in C), which hydra leaves, now and then, to hang the ranks that wait for it.
 3. **Nothing is left.** Whatever happened (the end, a death, a timeout, an
    interrupt), mpiexec, started in a session of its own, is stopped with
    every process it started (:func:`~minidist.util.processes.stop_process_tree`:
@@ -100,6 +102,7 @@ exit $status
 GUARD_COMMAND = ("sh", "-c", RANK_GUARD, "sh")  # "sh": the guard's $0; the rank's words follow
 
 DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal (\d+)")
+FAILED_LINE = re.compile(r"minidist: rank \d+ \(pid \d+ on \S+\) (was killed|exited with)")
 
 
 @dataclass
@@ -161,10 +164,12 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
 
 def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: str) -> JobEnd:
     deaths: list[Death] = []
+    failed: list[float] = []  # when a guard said its rank was killed or exited with an error
     tail: list[str] = []
     news = threading.Event()  # the job ended, or a guard reported a death
     helpers = [threading.Thread(target=_relay, args=(job.stdout, sys.stdout, None, None, news)),
-               threading.Thread(target=_relay, args=(job.stderr, sys.stderr, tail, deaths, news)),
+               threading.Thread(target=_relay,
+                                args=(job.stderr, sys.stderr, tail, (deaths, failed), news)),
                threading.Thread(target=lambda: (job.wait(), news.set()))]
     for helper in helpers:
         helper.daemon = True
@@ -176,9 +181,9 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
             news.clear()
             if job.poll() is not None:
                 break
-            limit = min(deadline, deaths[0].seen + grace) if deaths else deadline
+            limit = min(deadline, failed[0] + grace) if failed else deadline
             if time.monotonic() >= limit:
-                timed_out = not deaths
+                timed_out = not failed
                 break
             news.wait(None if limit == math.inf else limit - time.monotonic())
     finally:
@@ -227,10 +232,11 @@ def _adopting_orphans() -> Iterator[set[int]]:
                 _set_subreaper(False)
 
 
-def _relay(pipe: Any, stream: Any, tail: list[str] | None, deaths: list[Death] | None,
-           news: threading.Event) -> None:
+def _relay(pipe: Any, stream: Any, tail: list[str] | None,
+           ends: tuple[list[Death], list[float]] | None, news: threading.Event) -> None:
     """Copy ``pipe`` to ``stream`` as it comes (progress bars included); keep the last
-    lines in ``tail``, and note each guard's death line in ``deaths``."""
+    lines in ``tail``; note each guard's death line in ``ends[0]``, and when any guard
+    said its rank was killed or exited with an error in ``ends[1]``."""
     decoder, line = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
     for chunk in iter(lambda: pipe.read1(1 << 16), b""):
         text = decoder.decode(chunk)
@@ -240,11 +246,14 @@ def _relay(pipe: Any, stream: Any, tail: list[str] | None, deaths: list[Death] |
         for finished in complete:
             if tail is not None:
                 tail[:] = [*tail[-19:], finished + "\n"]
-            found = DEATH_LINE.search(finished) if deaths is not None else None
+            if ends is None or not FAILED_LINE.search(finished):
+                continue
+            found = DEATH_LINE.search(finished)
             if found:
                 rank, pid, host, number = found.groups()
-                deaths.append(Death(int(rank), int(pid), host, int(number)))
-                news.set()
+                ends[0].append(Death(int(rank), int(pid), host, int(number)))
+            ends[1].append(time.monotonic())
+            news.set()
     pipe.close()
 
 
@@ -274,5 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mpirun: {first}; the job ended {end.ended - first.seen:.2f} s later",
               file=sys.stderr)
         return 128 + first.signal
+    if end.returncode is not None and end.returncode < 0:  # mpiexec stopped here, by a signal
+        return 128 - end.returncode
     return end.returncode or 0
 
