@@ -114,30 +114,22 @@ class Pow(Function):
     def backward(ctx: Context, grad):
         a, b, out = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
-        grad_a = unbroadcast(grad * _power_slope(a, b), _shape(a)) if need_a else None
-        grad_b = unbroadcast(grad * _exponent_slope(a, b, out), _shape(b)) if need_b else None
+        xp = xp_of(out)
+        grad_a = unbroadcast(grad * _zero_where(xp, b == 0, lambda: b * a ** (b - 1)),
+                             _shape(a)) if need_a else None
+        grad_b = unbroadcast(grad * _zero_where(xp, (a == 0) & (b >= 0),
+                                                lambda: out * xp.log(a)),
+                             _shape(b)) if need_b else None
         return grad_a, grad_b
 
 
-def _power_slope(a, b):
-    """d(a**b)/da = b a^(b-1), and 0 where b = 0 (at a = 0 that is 0 · inf: nan)."""
-    xp = xp_of(a)
-    zero = b == 0
-    if not xp.any(zero):
-        return b * a ** (b - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return xp.where(zero, 0, b * a ** (b - 1))
-
-
-def _exponent_slope(a, b, out):
-    """d(a**b)/db = a^b log a, and 0 where a = 0 and b >= 0 (0^b is flat there: 1 · log 0
-    would be -inf at b = 0, 0 · -inf nan above)."""
-    xp = xp_of(out)
-    flat = (a == 0) & (b >= 0)
+def _zero_where(xp, flat, slope):
+    """``slope()``, but 0 where the power is ``flat`` (b = 0; a = 0 with b >= 0), where the
+    formulas give nan or -inf (0 · inf at a = 0 for b a^(b-1); 1 · log 0 for a^b log a)."""
     if not xp.any(flat):
-        return out * xp.log(a)
+        return slope()
     with np.errstate(divide="ignore", invalid="ignore"):
-        return xp.where(flat, 0, out * xp.log(a))
+        return xp.where(flat, 0, slope())
 
 
 class Exp(Function):
