@@ -6,7 +6,8 @@ a tester met: a cell that prints without end (the whole notebook once scored
 zero in three runs of five), a cell that loops deaf to the interrupt, a
 looping cell the student added (once named "None"), another lab's notebook,
 a file nbformat rejects, and a notebook stripped of its nbgrader metadata
-(these three once scored zero with no page, or no sentence). A lab whose
+(these three once scored zero with no page, or no sentence), and one whose
+locked cells were deleted (put back, each with a sentence). A lab whose
 memory limit is too low for the kernel itself is the environment's failure,
 not the student's (``test_a_kernel_that_cannot_start_is_the_environments_failure``).
 The sentences themselves are ``minidist/course/problems.py``'s, tested here
@@ -68,6 +69,9 @@ def class_of_failures() -> dict[str, dict]:
                                       "source": "# try it out\nwhile True:\n    pass\n"})
     invalid = copy.deepcopy(solution)
     del invalid["cells"][3]["source"]
+    deleted = copy.deepcopy(solution)  # locked cells (another editor lets them go) and an answer
+    gone = {"setup", "lab01_unbroadcast", "answer_backward_relu", "lab01_backward_relu"}
+    deleted["cells"] = [c for c in deleted["cells"] if c.get("id") not in gone]
     stripped = copy.deepcopy(solution)
     for cell in stripped["cells"]:
         cell["metadata"].pop("nbgrader", None)
@@ -82,6 +86,7 @@ def class_of_failures() -> dict[str, dict]:
         "another_lab": solved("lab02_messages"),
         "invalid": invalid,
         "stripped": stripped,
+        "deletes_cells": deleted,
     }
 
 
@@ -137,6 +142,22 @@ def test_a_cell_without_grade_id_is_named_by_where_it_is(graded):
     assert results["adds_a_loop"].problems == [
         'the cell after lab01_backward_matmul, "# try it out": CellTimeoutError: the cell ran '
         f"longer than {CELL_TIMEOUT} s, the time limit of a cell, and was stopped"]
+
+
+@needs_nbgrader
+@pytest.mark.timeout(CLASS_TIMEOUT)
+def test_deleted_locked_cells_are_put_back_and_only_a_deleted_answer_loses(graded):
+    """Once a deleted test cell lost its task with no sentence, and a deleted setup cell
+    nearly every task; nbgrader's own restoring failed the whole notebook when the answer
+    before the test was gone too."""
+    results, _ = graded
+    assert lost(graded, "deletes_cells") == {"lab01_backward_relu"}
+    put_back = [f"the locked cell {cell} was missing from the notebook: it was put back from "
+                "the release and graded"
+                for cell in ("setup", "lab01_unbroadcast", "lab01_backward_relu")]
+    assert results["deletes_cells"].problems == [*put_back, (
+        "lab01_backward_relu: CheckFailed: Task 5, ReLU backward: your code raised NameError: "
+        "name 'ReLU' is not defined")]
 
 
 @needs_nbgrader

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from minidist.course import main
-from minidist.course.submissions import collect, safe_id
+from minidist.course.submissions import collect, restore_locked_cells, safe_id
 
 RELEASE = {"lab01_autograd": ["lab01_autograd.ipynb"]}
 ANSWER = {"nbgrader": {"grade_id": "answer", "solution": True, "grade": False, "locked": False}}
@@ -25,6 +25,32 @@ def test_distinct_names_stay_distinct_ids():
     assert len(set(ids)) == len(names)
     assert safe_id("Jane_Doe") == "Jane_Doe" and safe_id("Jane Doe").startswith("Jane_Doe-")
     assert all(c.isascii() and (c.isalnum() or c in "_.-") for i in ids for c in i)
+
+
+def _cell(grade_id: str, locked: bool, solution: bool = False) -> dict:
+    return {"cell_type": "code", "source": grade_id, "outputs": [], "execution_count": None,
+            "metadata": {"nbgrader": {"grade_id": grade_id, "locked": locked,
+                                      "solution": solution, "grade": grade_id.startswith("t")}}}
+
+
+def test_locked_cells_missing_are_put_back_where_they_were():
+    """Setup and tests come back after the cell before them in the release (the first one
+    first); a deleted answer does not (its task is lost: tests/test_grading_failures.py);
+    the student's own cells stay where they are."""
+    release = {"cells": [_cell("setup", True), {"cell_type": "markdown", "source": "# Task 1"},
+                         _cell("answer1", False, True), _cell("test1", True),
+                         _cell("answer2", False, True), _cell("test2", True)]}
+    mine = {"cell_type": "code", "source": "print(1)", "metadata": {}, "outputs": []}
+    notebook = {"cells": [_cell("answer1", False, True), mine, _cell("test2", True)]}
+    said = restore_locked_cells(notebook, release)
+    assert [c["source"] for c in notebook["cells"]] == \
+        ["setup", "answer1", "test1", "print(1)", "test2"]
+    assert [s.split(" was ")[0] for s in said] == \
+        ["the locked cell setup", "the locked cell test1"]
+    assert restore_locked_cells(notebook, release) == []  # nothing more to put back
+    another_lab = {"cells": [_cell("setup", True), _cell("answer9", False, True),
+                             _cell("test9", True)]}
+    assert restore_locked_cells(another_lab, release) == [] and len(another_lab["cells"]) == 3
 
 
 def test_a_second_submission_is_one_note_on_the_graded_one(tmp_path):

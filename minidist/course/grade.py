@@ -6,7 +6,8 @@ The release gradebook (graded cells, points, hidden tests) is built once from
 ``solutions/`` in a private scratch folder. Then, for every submission:
 
 1. a private course folder (0700) receives a copy of that gradebook and this
-   student's notebook only;
+   student's notebook only, with any locked cell it lacks (setup, a test) put
+   back from the release (``submissions.restore_locked_cells``);
 2. ``nbgrader autograde`` runs there, in its own process group, under the
    lab's wall-clock limit (``settings.LAB_LIMITS``); nbgrader restores the
    locked test cells from the gradebook and starts the kernel through
@@ -45,7 +46,7 @@ from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.problems import environment_failure, failed_cells, nbgrader_failure
 from minidist.course.release import build_course, nbgrader_env
 from minidist.course.settings import known_labs, limits_for
-from minidist.course.submissions import Submission, collect
+from minidist.course.submissions import Submission, collect, restore_locked_cells
 
 FEEDBACK_CONFIG = """c = get_config()  # noqa
 c.Execute.timeout = {timeout}
@@ -169,8 +170,12 @@ class Grader:
         submitted = course / "submitted" / sub.student / sub.lab
         submitted.mkdir(parents=True)
         shutil.copyfile(self.release.course / "gradebook.db", course / "gradebook.db")
+        restored = []
         for name, path in sub.notebooks.items():
-            shutil.copyfile(path, submitted / name)
+            notebook = json.loads(path.read_bytes())
+            release = json.loads((self.release.course / "release" / sub.lab / name).read_text())
+            restored += restore_locked_cells(notebook, release)
+            (submitted / name).write_text(json.dumps(notebook))
         reason = f"the cell ran longer than {timeout} s, the time limit of a cell, and was stopped"
         isolation.write_kernel_spec(private / "jupyter")
         with self._lock:
@@ -203,7 +208,7 @@ class Grader:
         if "sandbox: could not hide" in log:  # the kernel ran, but without the mount namespace
             print(f"warning: the sandbox of {sub.student} could not hide the course "
                   "(see grading/README.md)", file=sys.stderr)
-        result = GradeResult(sub.student, sub.lab, 0.0, max_score)
+        result = GradeResult(sub.student, sub.lab, 0.0, max_score, restored)
         autograded = course / "autograded" / sub.student / sub.lab
         environment = environment_failure(log, autograded, sub.lab, limits)
         if returncode is None:

@@ -9,7 +9,10 @@ Two layouts are accepted, mixed if need be:
 Nothing here runs student code. A file that cannot be graded (not JSON, no
 cells, no cell with nbgrader's metadata, named for no known lab) becomes a
 ``Submission`` with a ``problem``, which scores zero with that sentence in the
-summary instead of stopping the run.
+summary instead of stopping the run. A locked cell (the lab's setup, a task's
+test) missing from a notebook is put back from the release before grading
+(``restore_locked_cells``), and the student's row says so: deleting a cell
+nbgrader marks undeletable (another editor allows it) loses nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +66,45 @@ def notebook_problem(path: Path) -> str | None:
                 "was removed, as a tool that strips metadata does), so nothing in it can be "
                 "graded: submit the notebook released for this lab with your answers filled in")
     return None
+
+
+def _nbgrader(cell: object) -> dict:
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    return nbgrader if isinstance(nbgrader, dict) else {}
+
+
+def _grade_id(cell: object) -> str | None:
+    return _nbgrader(cell).get("grade_id")
+
+
+def restore_locked_cells(notebook: dict, release: dict) -> list[str]:
+    """Put each locked cell of ``release`` (setup, tests) that ``notebook`` lacks back into
+    it, after the cell present that comes before it in the release (else first); the
+    sentences saying which, for the student's row. A notebook with none of the release's
+    answers and tests is another lab's (nbgrader's failure names it; every lab has a
+    "setup"): nothing is put back."""
+    present = {_grade_id(cell) for cell in notebook["cells"]} - {None}
+    labs_own = {_grade_id(cell) for cell in release["cells"]
+                if _nbgrader(cell).get("grade") or _nbgrader(cell).get("solution")} - {None}
+    if not present & labs_own:
+        return []
+    restored, after = [], None  # the grade id of the last release cell found in the notebook
+    for cell in release["cells"]:
+        grade_id = _grade_id(cell)
+        if grade_id is None:
+            continue
+        nbgrader = _nbgrader(cell)
+        if grade_id not in present and nbgrader.get("locked") and not nbgrader.get("solution"):
+            where = next(i + 1 for i, c in enumerate(notebook["cells"])
+                         if _grade_id(c) == after) if after is not None else 0
+            notebook["cells"].insert(where, json.loads(json.dumps(cell)))
+            present.add(grade_id)
+            restored.append(f"the locked cell {grade_id} was missing from the notebook: it "
+                            "was put back from the release and graded")
+        if grade_id in present:
+            after = grade_id
+    return restored
 
 
 def _split_flat_name(stem: str, labs: list[str]) -> tuple[str, str] | None:
