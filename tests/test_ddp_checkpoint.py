@@ -110,28 +110,6 @@ def test_bad_input_is_named(tmp_path):
         mlp_ddp.train(ONE, checkpoint_dir=str(tmp_path), checkpoint_every=0)
 
 
-def test_zeros_sharded_optimizer_is_refused_on_every_rank(tmp_path):
-    """Its state differs from rank to rank: rank 0's file cannot hold it. Once rank 0 alone
-    raised an AttributeError and the others went on."""
-    from minidist.parallel import ShardedOptimizer
-
-    def run(c, folder):
-        model = md.nn.MLP([4, 3, 2], rng=1)
-        opt = ShardedOptimizer(model.parameters(), c, "adam", stage=1, lr=0.01)
-        errors = []
-        for call in (lambda: save_checkpoint(folder, 1, model, opt, c),
-                     lambda: load_checkpoint(folder, model, opt, c)):
-            try:
-                call()
-            except TypeError as err:
-                errors.append(str(err))
-        return errors
-
-    for errors in comm.launch(run, 2, args=(str(tmp_path),), backend="local"):
-        assert len(errors) == 2 and all("ShardedOptimizer has no state_dict" in e
-                                        for e in errors), errors
-
-
 def test_a_checkpoint_resumed_on_another_number_of_ranks_is_refused_on_every_rank(tmp_path):
     def run(c, folder, write):
         model, opt = trained(seed=0, steps=1)

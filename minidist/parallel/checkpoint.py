@@ -25,10 +25,11 @@ A checkpoint holds what the rest of the run depends on:
    error on every rank).
 
 **Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
-identical, so rank 0's copy is the checkpoint. An optimiser without a whole
-``state_dict`` on every rank (ZeRO's ``ShardedOptimizer``: each rank holds
-its own shard) cannot be saved that way, and both functions say so on every
-rank. On resume rank 0 chooses the
+identical, so rank 0's copy is the checkpoint. ZeRO's ``ShardedOptimizer``
+holds a different shard of the state on each rank: every rank first gathers
+its shard to rank 0 (``consolidate_state_dict``), which saves the state of
+one optimiser over all the parameters, and on resume every rank loads its
+own shard of it (``zero_checkpoint.py``). On resume rank 0 chooses the
 newest checkpoint and tells the others its step (one broadcast): every rank
 loads the same file.
 
@@ -91,7 +92,9 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     whole("step", step)  # step--0000005.npz would never be found again
-    _check_whole_state(optimizer)
+    _check_has_state(optimizer)
+    if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO: every rank's shard, to rank 0
+        optimizer.consolidate_state_dict(to=0)
     if comm.rank != 0:
         return None
     arrays: dict[str, np.ndarray] = {}
@@ -121,7 +124,7 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
                     ) -> Checkpoint | None:
     """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
     ``rng``) on every rank; None, changing nothing, when there is none."""
-    _check_whole_state(optimizer)
+    _check_has_state(optimizer)
     newest = latest_checkpoint(folder) if comm.rank == 0 and Path(folder).is_dir() else None
     mine = np.array([int(NAME.fullmatch(newest.name)[1]) if newest else -1], np.int64)
     # communication: rank 0 names the checkpoint every rank loads (-1: none)
@@ -144,12 +147,11 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
     return Checkpoint(meta["step"], meta["extra"], path)
 
 
-def _check_whole_state(optimizer: Any) -> None:
-    """Refuse, on every rank, an optimiser whose state is not whole on each rank."""
+def _check_has_state(optimizer: Any) -> None:
+    """Refuse, on every rank, an optimiser that cannot give its state."""
     if not callable(getattr(optimizer, "state_dict", None)):
-        raise TypeError(f"a checkpoint holds rank 0's optimiser state for every rank, but a "
-                        f"{type(optimizer).__name__} has no state_dict (ZeRO's "
-                        "ShardedOptimizer keeps a different shard on each rank)")
+        raise TypeError(f"a checkpoint holds the optimiser's state_dict, but a "
+                        f"{type(optimizer).__name__} has none")
 
 
 def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:

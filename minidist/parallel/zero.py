@@ -62,6 +62,10 @@ step is stepped with a zero gradient, which SGD with momentum and Adam still
 move; DDP skips it. Frozen parameters are refused: pass the trainable ones.
 Do not wrap the model in DataParallel as well (gradients averaged twice).
 
+Checkpoints (``parallel.checkpoint``) save the state as one optimiser's over
+the whole vector, gathered on rank 0, and every rank loads its shard of it
+(``zero_checkpoint.py``).
+
 Not done here, done by real systems: reducing bucket by bucket *during*
 backward, which overlaps the communication (``overlap.py``) and lets stage 2
 free each gradient once reduced (backward here still makes every ``p.grad``:
@@ -82,6 +86,7 @@ from minidist.backend import xp_of
 from minidist.comm import Communicator, allgather, broadcast, chunk_bounds, reduce_scatter
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam, Optimizer
+from minidist.parallel.zero_checkpoint import load_whole_state, whole_state
 from minidist.util.answers import lab_answer
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {"sgd": SGD, "adam": Adam, "adagrad": AdaGrad}
@@ -134,6 +139,7 @@ class ShardedOptimizer:
         self.optimizer = optimizer([self.shard], **hyper)
         self.grad_buffer = np.zeros_like(self.flat) if stage == 1 else None
         self.scale = self.flat.dtype.type(1 / comm.size)  # a scalar of the buffer's dtype
+        self._whole_state: dict[str, Any] | None = None  # consolidate_state_dict's
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -147,6 +153,22 @@ class ShardedOptimizer:
         for p in self.params:
             p.grad = None
         self.shard.grad = None
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Collective: every shard's state joined on rank ``to`` (``zero_checkpoint.py``)."""
+        self._whole_state = whole_state(self, to)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The whole state, once, on the rank ``consolidate_state_dict`` gathered it to."""
+        if self._whole_state is None:
+            raise RuntimeError(f"rank {self.comm.rank}: a ShardedOptimizer holds one shard of "
+                               "its state: call consolidate_state_dict(to) on every rank, "
+                               "then state_dict() on rank to")
+        state, self._whole_state = self._whole_state, None  # not kept: K·N values
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_whole_state(self, state)  # on every rank: its shard of the whole state
 
     @lab_answer("lab08_zero_step")
     def step(self) -> None:
