@@ -63,8 +63,10 @@ class Browser:
         port = self._port()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
             page = next(t for t in json.load(reply) if t["type"] == "page")
+        # no Origin header: Chromium 111 and later refuse a DevTools client that sends one
+        # from an origin it was not told to allow (--remote-allow-origins)
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"],
-                                              timeout=self.timeout)
+                                              timeout=self.timeout, suppress_origin=True)
         for method in ("Page.enable", "Runtime.enable", "Log.enable"):
             self.call(method)
         self.call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
