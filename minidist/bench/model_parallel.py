@@ -199,6 +199,13 @@ def counted_tables(quick: bool) -> None:
               "--hidden", "16"] if quick else [])
 
 
+def check_ranks(p: int, widths: list[int]) -> None:
+    """Part 1 cuts each block's 4d hidden units over the P ranks."""
+    if p < 2 or any(4 * d % p for d in widths):
+        raise SystemExit(f"bench.model_parallel: needs P >= 2 ranks dividing every "
+                         f"block's 4d hidden units; got P = {p}, widths {widths}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -206,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(c, LocalCommunicator):  # not under MPI: part 1 under mpiexec, then 2 and 3
         code = 0
         if args.part in (None, "tp"):
+            check_ranks(args.ranks, args.widths)  # before any rank starts: said once
             # the ranks that wait while rank 0 runs alone yield their core instead of spinning
             os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
             code = run_module_under_mpi("minidist.bench.model_parallel", args.ranks,
@@ -214,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             counted_tables(args.quick)
         return code
     if args.part in (None, "tp"):
-        if c.size < 2 or any(4 * d % c.size for d in args.widths):
-            raise SystemExit(f"bench.model_parallel: needs P >= 2 ranks dividing every "
-                             f"block's 4d hidden units; got P = {c.size}, widths {args.widths}")
+        check_ranks(c.size, args.widths)
         report(c, args)
     if c.rank == 0 and args.part in (None, "counts"):
         counted_tables(args.quick)

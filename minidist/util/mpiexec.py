@@ -30,8 +30,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from minidist.util.shm import remove_left_segments
 
 # Every process that is one of several on a machine gets one BLAS/OpenMP thread
 # (MPI ranks, and the grader's kernels too).
@@ -99,7 +102,12 @@ def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathL
 def run_module_under_mpi(module: str, ranks: int, argv: Sequence[str] = ()) -> int:
     """Run ``python -m module argv...`` on ``ranks`` ranks and wait; its exit status.
 
-    How a benchmark restarts itself under MPI when started as a plain process.
+    How a benchmark restarts itself under MPI when started as a plain process. A job
+    that ended badly (a rank's error aborts it) leaves MPICH's files: they go too, once
+    its ranks, which may outlive ``mpiexec`` by a moment, have let go of them.
     """
-    command = mpiexec_command(ranks, ["-m", module, *argv])
-    return subprocess.run(command, env=rank_environment(ranks)).returncode
+    command, started = mpiexec_command(ranks, ["-m", module, *argv]), time.time()
+    try:
+        return subprocess.run(command, env=rank_environment(ranks)).returncode
+    finally:
+        remove_left_segments(started, wait=2.0)

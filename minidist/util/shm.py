@@ -15,6 +15,7 @@ open. Another job's are mapped or open in that job's processes, and stay.
 from __future__ import annotations
 
 import os
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -41,9 +42,11 @@ def paths_in_use() -> set[str]:
     return found
 
 
-def remove_left_segments(since: float) -> list[Path]:
+def remove_left_segments(since: float, wait: float = 0.0) -> list[Path]:
     """Remove this user's MPICH segments and topology files made at or after ``since``
-    (a ``time.time()``) that no process maps or holds open; returns them."""
+    (a ``time.time()``) that no process maps or holds open; returns them. ``wait``:
+    seconds to look again while some are still in use (the ranks of a job that aborted
+    may outlive its ``mpiexec`` by a moment, still mapping its segment)."""
     me, candidates = os.getuid(), []
     for folder, prefix in LEFT_BY_A_JOB:
         for path in folder.glob(f"{prefix}*") if folder.is_dir() else ():
@@ -51,10 +54,14 @@ def remove_left_segments(since: float) -> list[Path]:
                 status = path.stat()
                 if status.st_uid == me and status.st_ctime >= since:
                     candidates.append(path)
-    if not candidates:
-        return []
-    in_use = paths_in_use()
-    left = [path for path in candidates if str(path) not in in_use]
-    for path in left:
-        path.unlink(missing_ok=True)
-    return left
+    removed, until = [], time.monotonic() + wait
+    while candidates:
+        in_use = paths_in_use()
+        for path in [path for path in candidates if str(path) not in in_use]:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+            candidates.remove(path)
+        if not candidates or time.monotonic() >= until:
+            break
+        time.sleep(0.05)
+    return removed
