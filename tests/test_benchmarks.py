@@ -214,7 +214,7 @@ def test_scaling_sweep_prints_every_p_checks_the_simulator_and_plots(tmp_path):
     ("moe", ["--ranks", "3"], "--experts 8 must be a multiple of every P in --ranks 3"),
     ("moe", ["--capacity-factor", "0"], "argument --capacity-factor: wants a finite number > 0"),
     ("pipeline", ["--quick", "--micro-batches", "0"], "argument --micro-batches: wants an"),
-    ("pipeline", ["--depth", "1"], "argument --depth: wants an integer >= 2, got '1'"),
+    ("pipeline", ["--depth", "2"], "argument --depth: wants an integer >= 3, got '2'"),
     ("simulator", ["--algorithms", "nope"], "argument --algorithms: 'nope' is not one of"),
     ("ps", ["--slowdown", "nan"], "argument --slowdown: wants a finite number >= 1"),
 ])
@@ -227,6 +227,21 @@ def test_a_bad_option_is_a_usage_error_before_anything_runs(bench, options, mess
         importlib.import_module(f"minidist.bench.{bench}").main(options)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bench, options, given", [
+    ("pipeline", ["--width", "64", "--batch", "128", "--steps", "3"],
+     dict(width=64, batch=128, steps=3, rounds=1)),
+    ("model_parallel", ["--widths", "48", "--tokens", "256"],
+     dict(widths=[48], tokens=256, steps=2)),
+    ("ps", ["--iters", "9", "--target", "0.5"], dict(iters=9, target=0.5, rows=100)),
+])
+def test_quick_keeps_the_options_given_with_it(bench, options, given):
+    """--quick once overwrote them without a word (a width of 64 ran at 32)."""
+    import importlib
+
+    args = importlib.import_module(f"minidist.bench.{bench}").parse_args(["--quick", *options])
+    assert {name: getattr(args, name) for name in given} == given
 
 
 def test_a_saved_fit_asked_for_and_missing_is_a_usage_error(tmp_path, monkeypatch, capsys):

@@ -59,7 +59,7 @@ from minidist.autograd import Tensor
 from minidist.bench import moe, zero
 from minidist.comm import Communicator, LocalCommunicator, allreduce, world
 from minidist.parallel.tensor_parallel import ParallelMLP
-from minidist.util.arguments import integer
+from minidist.util.arguments import integer, parse_quick
 from minidist.util.mpiexec import run_module_under_mpi
 
 DTYPE = np.dtype(np.float32)
@@ -184,10 +184,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--part", choices=("tp", "counts"), default=None,
                         help="part 1 alone (tp) or parts 2 and 3 alone (default: all)")
     parser.add_argument("--quick", action="store_true", help="a small, fast run (tests)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.widths, args.tokens, args.steps, args.rounds = [32, 64], 128, 2, 1
-    return args
+    return parse_quick(parser, argv, widths=[32, 64], tokens=128, steps=2, rounds=1)
 
 
 def counted_tables(quick: bool) -> None:

@@ -67,7 +67,7 @@ from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
 from minidist.parallel.pipeline import Pipeline, bubble_formula, bubbles
-from minidist.util.arguments import integer
+from minidist.util.arguments import integer, parse_quick
 
 TOLERANCE = 0.05  # bubble targets: within 5 points of the formula
 
@@ -257,8 +257,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small, fast run (tests)")
     parser.add_argument("--width", type=integer(1), default=1024)
-    parser.add_argument("--depth", type=integer(2), default=9,
-                        help="Linear layers (two stages: at least 2)")
+    parser.add_argument("--depth", type=integer(3), default=9,
+                        help="Linear layers (part 4 cuts the 2 x depth - 1 layers into four "
+                             "stages: at least 3)")
     parser.add_argument("--batch", type=integer(1), default=2048)
     parser.add_argument("--micro-batches", type=integer(1), default=8, help="M")
     parser.add_argument("--steps", type=integer(1), default=2, help="timed steps per turn")
@@ -266,11 +267,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=integer(1), default=5, help="turns of the throughput part")
     parser.add_argument("--bubble-steps", type=integer(1), default=5,
                         help="traced steps per MPI bubble")
-    args = parser.parse_args(argv)
-    args.bubble_m = [1, 4, 8, 16]
-    if args.quick:
-        args.width, args.batch, args.steps, args.rounds, args.bubble_m = 32, 64, 1, 1, [1, 4]
-        args.bubble_steps = 1
+    parser.set_defaults(bubble_m=[1, 4, 8, 16])
+    args = parse_quick(parser, argv, width=32, batch=64, steps=1, rounds=1, bubble_m=[1, 4],
+                       bubble_steps=1)
     if args.micro_batches > args.batch:
         parser.error(f"--micro-batches {args.micro_batches}: at most the batch of {args.batch}")
     return args

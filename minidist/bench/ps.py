@@ -90,7 +90,7 @@ from minidist.examples.ps_mlp import SleepingStraggler
 from minidist.models.mlp import build_mlp
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
 from minidist.parallel.ps.training import mlp_layout, train_mlp
-from minidist.util.arguments import integer, number
+from minidist.util.arguments import integer, number, parse_quick
 from minidist.util.mpiexec import run_module_under_mpi
 
 DTYPE = np.dtype(np.float64)
@@ -247,12 +247,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=integer(1), default=3,
                         help="turns the peers take: part 1's two, part 2's three")
     parser.add_argument("--hidden", type=integer(1), default=64, help="the MLP's hidden width")
-    args = parser.parse_args(argv)
-    args.dense_sizes, args.table, args.rows = default_sizes(8 << 10, 16 << 20), (100_000, 64), 1000
-    if args.quick:
-        args.dense_sizes, args.table, args.rows = [8 << 10, 128 << 10], (10_000, 64), 100
-        args.iters, args.warmup, args.steps, args.rounds, args.target = 5, 1, 30, 1, 0.7
-    return args
+    parser.set_defaults(dense_sizes=default_sizes(8 << 10, 16 << 20), table=(100_000, 64),
+                        rows=1000)
+    return parse_quick(parser, argv, dense_sizes=[8 << 10, 128 << 10], table=(10_000, 64),
+                       rows=100, iters=5, warmup=1, steps=30, rounds=1, target=0.7)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,3 +127,13 @@ def one_of(names: Iterable[str]) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
         return text
     return parse
+
+
+def parse_quick(parser: argparse.ArgumentParser, argv: list[str], **quick: object
+                ) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` where ``--quick`` (a flag of ``parser``) makes ``quick``'s
+    values the defaults: an option given on the command line still wins (it once was
+    overwritten without a word)."""
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)
