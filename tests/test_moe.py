@@ -238,3 +238,5 @@ def test_bad_arguments_are_named() -> None:
         MoE(4, 8, 4, capacity_factor=0)
     with pytest.raises(ValueError, match=r"tokens must be \(n, d_model\)"):
         MoE(4, 8, 4)(np.ones((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"must be \(n, d_model\) = \(n, 4\), got shape \(2, 5\)"):
+        MoE(4, 8, 4)(np.ones((2, 5), np.float32))  # once numpy's matmul error, deep inside

@@ -228,6 +228,24 @@ def test_bad_splits_and_batches_are_named():
         md.launch(too_small, 1, backend="local", timeout=30)
 
 
+@pytest.mark.parametrize("case, message", [
+    ("micro_batches", "rank 2 was given micro_batches=4, rank 1 3: every rank must pass the same"),
+    ("y", "y has 10 rows on rank 2, but x has 11 on rank 0: they must be the same mini-batch"),
+])
+def test_ranks_that_disagree_on_the_mini_batch_are_told_so(case, message):
+    """Once a deep "message is 224 bytes, buffer is 448" or a loss of 4 rows of logits
+    against 3 targets, on one rank."""
+    def step(c):
+        m = 3 + (case == "micro_batches" and c.rank == 2)
+        x, y = batch()
+        pipe = Pipeline(deep_model(), c, micro_batches=m)
+        y = y[:10] if case == "y" else y
+        pipe.train_step(x if c.rank == 0 else None, y if pipe.is_last else None)
+
+    with pytest.raises(md.comm.RankError, match=message):
+        md.launch(step, 3, backend="local", timeout=30)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stages", [2, 4])
 @pytest.mark.parametrize("micro_batches", [1, 4, 8, 16])

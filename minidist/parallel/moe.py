@@ -173,7 +173,7 @@ class MoE(Module):
                              f"got {capacity_factor}")
         rng = init.resolve_rng(rng)
         self.comm, self.n_experts, self.top_k = c, n_experts, top_k
-        self.capacity_factor = capacity_factor
+        self.capacity_factor, self.d_model = capacity_factor, d_model
         self.local = n_experts // c.size
         self.first_expert = c.rank * self.local  # my experts: first_expert + 0 .. local - 1
         self.gate = Linear(d_model, n_experts, bias=False, dtype=dtype, rng=rng)
@@ -193,8 +193,9 @@ class MoE(Module):
 
     def forward(self, x) -> Tensor:
         x = as_tensor(x)
-        if x.ndim != 2:
-            raise ValueError(f"MoE: tokens must be (n, d_model), got shape {x.shape}")
+        if x.ndim != 2 or x.shape[1] != self.d_model:
+            raise ValueError(f"MoE: tokens must be (n, d_model) = (n, {self.d_model}), got "
+                             f"shape {x.shape}")
         n, k, xp = x.shape[0], self.top_k, xp_of(x.data)
         # 1. route
         probs = self.gate(x).log_softmax(axis=-1).exp()

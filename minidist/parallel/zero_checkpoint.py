@@ -17,7 +17,8 @@ vector of N values, and loaded from it:
 
 Cost of step 1 for K arrays of state: rank ``to`` receives K·(P-1) messages of
 ceil(N/P) values (a linear gather of shards padded to the longest, as the
-allgather of a step pads them) and holds K·N values until the file is
+allgather of a step pads them; each gather first runs the library's agreement
+check, a recursive doubling of a small header) and holds K·N values until the file is
 written, what DDP's every rank holds all the time; the other ranks hold
 nothing more. Step 2 reads the whole file on every rank and keeps 1/P of it.
 """

@@ -25,8 +25,9 @@ Receives wait. Tags name the micro-batch, so a message can only be taken by
 the step it is for, whatever the order of the steps.
 
 The first activation a rank sends is preceded by a header (tag 0: batch
-size, dtype, feature shape), so that rank k+1 knows the shape of what comes;
-gradients have the shape of the activations they belong to.
+size, micro-batches, dtype, feature shape), so that rank k+1 knows the shape
+of what comes, and finds out, in a sentence, when its M or its y disagree
+with the sender's; gradients have the shape of the activations they belong to.
 
 Cost per mini-batch on rank k, for micro-batches of b rows and a boundary of
 width d: M forwards and M backwards of the stage, and 2M messages of
@@ -49,7 +50,7 @@ from minidist.parallel.pipeline.schedules import Step
 from minidist.util import chunk_bounds
 from minidist.util.answers import lab_answer
 
-HEADER_LENGTH = 8  # batch size, dtype, number of feature dims, up to 5 feature dims
+HEADER_LENGTH = 9  # batch size, micro-batches, dtype, feature dims, up to 5 of them
 HEADER_TAG = 0     # activations of micro-batch m go with tag 2m+1, their gradients with 2m+2
 
 
@@ -156,25 +157,37 @@ class StageEngine:
     def _receive_activation(self, micro: int):
         if self.in_shape is None:
             header = np.empty(HEADER_LENGTH, np.int64)
-            # communication: receive the header (batch size, dtype, feature shape) from rank k-1
+            # communication: receive the header (batch size, M, dtype, feature shape) from k-1
             self.comm.recv(header, self.rank - 1, tag=HEADER_TAG)
-            self.batch_size, self.dtype = int(header[0]), np.dtype(chr(header[1]))
-            self.in_shape = tuple(int(d) for d in header[3:3 + header[2]])
+            self.batch_size, self.dtype = int(header[0]), np.dtype(chr(header[2]))
+            self.in_shape = tuple(int(d) for d in header[4:4 + header[3]])
+            self._check_header(int(header[1]))
         buffer = backend.xp().empty((self._rows(micro), *self.in_shape), self.dtype)
         # communication: receive micro-batch `micro`'s activation from rank k-1
         self.comm.recv(buffer, self.rank - 1, tag=2 * micro + 1)
         return buffer
 
+    def _check_header(self, micro_batches: int) -> None:
+        """The sender's M and batch size against this rank's M and ``y``."""
+        if micro_batches != self.micro_batches:
+            raise ValueError(f"pipeline: rank {self.rank} was given micro_batches="
+                             f"{self.micro_batches}, rank {self.rank - 1} {micro_batches}: "
+                             "every rank must pass the same")
+        rows = sum(len(y) for y in self.targets) if self.targets is not None else None
+        if rows is not None and rows != self.batch_size:
+            raise ValueError(f"pipeline: y has {rows} rows on rank {self.rank}, but x has "
+                             f"{self.batch_size} on rank 0: they must be the same mini-batch")
+
     def _send(self, array, dest: int, tag: int, header: bool = False) -> None:
         array = backend.xp_of(array).ascontiguousarray(array)
         if header and not self.header_sent:
             features = array.shape[1:]
-            if len(features) > HEADER_LENGTH - 3:
+            if len(features) > HEADER_LENGTH - 4:
                 raise ValueError(f"pipeline: activations of shape {array.shape} have more "
-                                 f"than {HEADER_LENGTH - 3} feature dimensions")
+                                 f"than {HEADER_LENGTH - 4} feature dimensions")
             head = np.zeros(HEADER_LENGTH, np.int64)
-            head[:3 + len(features)] = [self.batch_size, ord(array.dtype.char), len(features),
-                                        *features]
+            head[:4 + len(features)] = [self.batch_size, self.micro_batches,
+                                        ord(array.dtype.char), len(features), *features]
             # communication: send the header of this mini-batch's activations to rank k+1
             self.sends.append((self.comm.isend(head, dest, tag=HEADER_TAG), head))
             self.header_sent = True
