@@ -149,8 +149,13 @@ def writes_the_gradebook(nb: Notebook, course: dict) -> None:
 
 @attack("solution", ["lab01_backward_relu"])
 def edits_and_deletes_checks(nb: Notebook, course: dict) -> None:
-    """Replaces one check by a print (restored from the gradebook) and deletes another."""
+    """Replaces one check by a print (restored from the gradebook), and deletes the check of
+    an answer it leaves unwritten (put back from the release, and graded)."""
     nb.set("lab01_unbroadcast", "print('Task 1, unbroadcast: all checks passed.')\n")
+    answer = nb.source("answer_backward_relu")
+    assert "return grad * (out > 0)" in answer, answer
+    nb.set("answer_backward_relu", answer.replace("return grad * (out > 0)",
+                                                  "raise NotImplementedError()"))
     nb.delete("lab01_backward_relu")
 
 
