@@ -385,6 +385,7 @@ def unsorted(accessed, hot):
 
 
 def unstable(accessed, hot):  # np.argsort's default sort breaks ties either way past 16 keys
+    # (which keys it drops depends on numpy's version and the CPU's vector sort: not tested)
     keys, counts = np.unique(accessed, return_counts=True)
     return np.sort(keys[np.argsort(-counts)[:hot]])
 
@@ -394,7 +395,7 @@ def test_choose_hot_keys_rejects_ties_to_the_larger_key_an_unsorted_answer_and_t
         check_choose_hot_keys(larger_on_ties, [5, 5, 5, 2, 2, 9, 9, 1], 2)
     check_choose_hot_keys(unstable, [5, 5, 5, 2, 2, 9, 9, 1], 2, block=())  # 4 keys: stable
     with pytest.raises(CheckFailed, match=r"a sample of 61 requests of 29 distinct keys, hot=6\) "
-                       r"returned .* it took keys \[13\] and left out keys \[7\], each "
+                       r"returned .* it took keys \[\d+\] and left out keys \[\d+\], each "
                        r"requested 2 times: a tie, which goes to the smaller key"):
         check_choose_hot_keys(unstable, TIED, 6)
     with pytest.raises(CheckFailed, match=r"returned array\(\[5, 2\]\).*sorted"):
@@ -476,7 +477,7 @@ def no_replica_case(worker, group, keys, hot_keys, replica, grad, lr):
      r"hot = 0 nothing is replicated: hot_keys is empty and replica is None"),
     (unstable, library_write, 32, 64, r"your choose_hot_keys did not return the 32 most "
      r"requested keys, sorted, of the sample train_mf counts \(1399 requests of 370 distinct "
-     r"keys\) -- it took keys \[321\] and left out keys \[16\], each requested 11 times"),
+     r"keys\) -- it took keys \[\d+\] and left out keys \[\d+\], each requested 11 times"),
 ])
 def test_replication_rejects_what_the_edges_show(choose, write, hot, batch, message):
     def run():

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minidist.comm import LocalCluster, RankError, RankFailure, Straggler
+from minidist.comm import LocalCluster, RankError, RankFailure, Straggler, world
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam
 from minidist.parallel.ps import (
@@ -119,6 +119,35 @@ def test_softsync_one_averages_every_workers_gradient_as_synchronous_sgd():
         param -= 0.1 * np.mean([gradient(param, batch(t, w, 3)) for w in range(3)], axis=0)
     np.testing.assert_allclose(final(results), param, rtol=0, atol=1e-12)
     assert results[0].version == STEPS  # one update per clock: c = 3 gradients each
+
+
+@pytest.mark.parametrize("stops", [True, False])
+def test_softsync_after_a_worker_leaves_averages_the_workers_left(stops):
+    """Worker 2 leaves after 2 clocks, with STOP or without a word. Once c = ⌊λ/n⌋ = 3
+    stayed: every later update waited for 3 gradients from 2 workers, mixing clocks, and
+    the last 2 gradients were never applied."""
+    leave = 2
+
+    def body(c):
+        ps = ParameterServer(c, LAYOUT, consistency="bsp", softsync=1)
+        if ps.is_server:
+            return ps.serve(INITIAL)
+        worker, w, keys = ps.worker(), c.rank - 1, LAYOUT.all_keys()
+        for t in range(STEPS):
+            if w == 2 and t == leave:
+                return worker.stop() if stops else None
+            values = worker.pull(keys)
+            worker.push(keys, gradient(values, batch(t, w, 3)))
+            worker.tick()
+        worker.stop()
+
+    results = LocalCluster(4).run(body, timeout=30)
+    param = INITIAL.copy()
+    for t in range(STEPS):
+        live = range(3) if t < leave else range(2)
+        param -= 0.1 * np.mean([gradient(param, batch(t, w, 3)) for w in live], axis=0)
+    np.testing.assert_allclose(final(results), param, rtol=0, atol=1e-12)
+    assert results[0].version == STEPS
 
 
 def random_compute(seed, workers):
@@ -265,6 +294,7 @@ def test_checkpoint_and_resume_end_as_an_uninterrupted_run(tmp_path):
     (dict(consistency="eventual"), "must be 'bsp', 'asp' or 'ssp'"),
     (dict(softsync=3), "softsync n must be an integer in 1..2"),
     (dict(resume=True), "needs the checkpoint directory"),
+    (dict(consistency="asp", staleness=2), "ASP has no staleness bound to set, got 2"),
 ])
 def test_bad_options_fail_on_every_rank(options, message):
     def body(c):
@@ -278,6 +308,22 @@ def test_bad_options_fail_on_every_rank(options, message):
 def test_a_negative_learning_rate_is_refused_by_the_server_optimizer():
     with pytest.raises(ValueError, match="lr and eps must be >= 0"):
         ServerOptimizer("sgd", -1.0)
+
+
+@pytest.mark.parametrize("rule", ["adam", "adagrad"])
+def test_staleness_aware_steps_are_sgds_only(rule):
+    """With Adam or AdaGrad a gradient scaled by 1/τ made the same step (m/√v undoes it):
+    the flag did nothing it said."""
+    with pytest.raises(ValueError, match=f"are SGD's: {rule}'s normalised step would cancel"):
+        ServerOptimizer(rule, 0.01, staleness_aware=True)
+
+
+def test_train_mlp_refuses_checkpoints_it_would_never_take(tmp_path):
+    """It accepted checkpoint= and wrote nothing; resume=True then found no file."""
+    from minidist.parallel.ps.training import train_mlp
+
+    with pytest.raises(ValueError, match="train_mlp takes no checkpoint= or resume="):
+        train_mlp(world(), checkpoint=tmp_path)
 
 
 @pytest.mark.parametrize("request_, message", [

@@ -52,6 +52,9 @@ def test_optimizers_softsync_and_several_servers_train(options):
      "argument --staleness: wants an integer >= 0, got '-1'"),
     (["--lr", "-1"], "argument --lr: wants a finite number > 0, got '-1'"),
     (["--steps", "0"], "argument --steps: wants an integer >= 1, got '0'"),
+    (["--consistency", "bsp", "--staleness", "2"],  # once ignored without a word
+     "--staleness 2: only SSP has a staleness bound (--consistency ssp), not bsp"),
+    (["--optimizer", "adam", "--staleness-aware"], "--staleness-aware scales SGD's steps"),
 ])
 def test_bad_input_is_a_clear_error_and_exit_status_2(options, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -113,8 +113,10 @@ def test_split_by_load_gives_popular_keys_narrower_ranges():
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
     shares = [load[first:end].sum() / load.sum() for first, end in ranges]
     assert max(shares) < 0.25 + load[0] / load.sum()  # within one key of 1/S
-    with pytest.raises(ValueError, match="one weight >= 0 per key"):
+    with pytest.raises(ValueError, match="one finite weight >= 0 per key"):
         layout.split(2, np.ones(3))
+    with pytest.raises(ValueError, match="one finite weight >= 0 per key"):
+        layout.split(2, np.where(np.arange(100) == 7, np.nan, 1.0))  # once a meaningless cut
 
 
 @settings(max_examples=60, deadline=None)

@@ -102,9 +102,8 @@ def ps_options(args: argparse.Namespace, ranks: int) -> dict:
     if args.straggler is not None and not args.servers <= args.straggler[0] < ranks:
         raise ValueError(f"--straggler rank {args.straggler[0]}: the workers are ranks "
                          f"{args.servers}..{ranks - 1}")
-    staleness = args.staleness if args.consistency == "ssp" else None
     lr = args.lr if args.lr is not None else LEARNING_RATES[args.optimizer]
-    return dict(servers=args.servers, consistency=consistency(args.consistency, staleness),
+    return dict(servers=args.servers, consistency=consistency(args.consistency, args.staleness),
                 softsync=args.softsync,
                 optimizer=ServerOptimizer(args.optimizer, lr, staleness_aware=args.staleness_aware))
 
@@ -182,7 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=integer(1), default=1, help="S: ranks 0..S-1 serve")
     parser.add_argument("--consistency", choices=("bsp", "ssp", "asp"), default="ssp")
-    parser.add_argument("--staleness", type=integer(0), default=3, help="s of SSP(s)")
+    parser.add_argument("--staleness", type=integer(0), default=None,
+                        help="s of SSP(s) (default 3; ssp only)")
     parser.add_argument("--softsync", type=integer(1), default=None,
                         help="n of n-softsync: one update per floor(W/n) gradients")
     parser.add_argument("--staleness-aware", action="store_true",
@@ -205,7 +205,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="in-process ranks when not under mpirun (default 4)")
     parser.add_argument("--compute", type=number(least=0), default=1e-3,
                         help="in-process: modelled seconds of one worker step")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.staleness is not None and args.consistency != "ssp":  # once ignored silently
+        parser.error(f"--staleness {args.staleness}: only SSP has a staleness bound "
+                     f"(--consistency ssp), not {args.consistency}")
+    if args.staleness_aware and args.optimizer != "sgd":
+        parser.error(f"--staleness-aware scales SGD's steps by 1/tau; {args.optimizer}'s "
+                     "normalised step would cancel it: use --optimizer sgd")
+    args.staleness = 3 if args.consistency == "ssp" and args.staleness is None else args.staleness
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict | None:

@@ -104,8 +104,9 @@ def consistency(name: str | Consistency, staleness: int | None = None) -> Consis
             raise ValueError("consistency 'ssp' needs a staleness bound s >= 0")
         return SSP(staleness)
     if name in ("bsp", "asp"):
-        if staleness not in (None, 0) and name == "bsp":
-            raise ValueError(f"BSP has no staleness bound to set, got {staleness}")
+        if staleness not in (None, 0):  # an SSP bound given to another rule: a mistake
+            raise ValueError(f"{name.upper()} has no staleness bound to set, got {staleness} "
+                             "(SSP(s) is consistency 'ssp')")
         return BSP() if name == "bsp" else ASP()
     raise ValueError(f"consistency must be 'bsp', 'asp' or 'ssp', got {name!r}")
 

@@ -87,8 +87,9 @@ class KeyLayout:
             cumulative = self.offsets[1:]
         else:
             load = np.asarray(load, np.float64)
-            if load.shape != (self.num_keys,) or (load < 0).any():
-                raise ValueError(f"load: one weight >= 0 per key ({self.num_keys}), "
+            if load.shape != (self.num_keys,) or not (load >= 0).all() \
+                    or not np.isfinite(load).all():
+                raise ValueError(f"load: one finite weight >= 0 per key ({self.num_keys}), "
                                  f"got shape {load.shape}")
             cumulative = np.cumsum(load)
         total = cumulative[-1]

@@ -65,6 +65,9 @@ class ServerOptimizer:
             raise ValueError(f"server optimiser must be one of {RULES}, got {self.rule!r}")
         if self.lr < 0 or self.eps < 0:
             raise ValueError(f"lr and eps must be >= 0, got lr={self.lr}, eps={self.eps}")
+        if self.staleness_aware and self.rule != "sgd":  # g/τ: Adam's m/√v undoes it
+            raise ValueError(f"staleness-aware steps (α0/τ, Zhang et al. 2016) are SGD's: "
+                             f"{self.rule}'s normalised step would cancel a gradient's 1/τ")
 
     def scale(self, tau: int) -> float:
         """How much of its step a gradient of staleness ``tau`` >= 1 gets."""
@@ -114,7 +117,8 @@ class ShardState:
 
 class SoftSync:
     """n-softsync's accumulator: gradients summed (each scaled by α(τ)/α0) until ``c``
-    have arrived; then their average is one update."""
+    have arrived; then their average is one update. When workers leave, the server
+    asks for fewer (``resize``), and at the end takes what is left."""
 
     def __init__(self, num_keys: int, shape: int | tuple[int, int], dtype: np.dtype,
                  c: int) -> None:
@@ -133,11 +137,16 @@ class SoftSync:
         self.count += 1
         return self.count == self.c
 
+    def resize(self, c: int) -> bool:
+        """Wait for ``c`` >= 1 gradients from now on; True if as many have come already."""
+        self.c = max(1, c)
+        return self.count >= self.c
+
     def take(self) -> tuple[np.ndarray, np.ndarray]:
         """(the keys touched, counted from the shard's first; the average: the total over
-        the whole shard divided by c), and start again."""
+        the whole shard divided by the gradients in it, c), and start again."""
         keys = np.flatnonzero(self.touched)
-        total = self.total / self.c
+        total = self.total / self.count
         self.total[:] = 0
         self.touched[:] = False
         self.count = 0

@@ -33,7 +33,8 @@ A server's loop, per request:
    - CLOCK: the worker finished an iteration: record its clock.
    - CHECKPOINT: the worker waits at a checkpoint: once every running
      worker has asked at the same clock, save the shard, then answer them.
-   - STOP: the worker is done; it no longer counts in the clocks.
+   - STOP: the worker is done; it no longer counts in the clocks, nor in
+     n-softsync's c (an update then averages the gradients of those left).
 4. **Apply** BSP's held pushes whose iteration every worker has finished;
    **unpark** the reads the clocks now allow, by worker.
 
@@ -142,6 +143,7 @@ class Server:
             if header.kind is not Kind.STOP:
                 listening[worker] = self._listen(worker)
         self._apply_held()
+        self._after_leaving(final=True)
         return ServerReport(self.server, self.key_range, self.framed.values,
                             self.shard.version, self.log, self.requests, self.dropped)
 
@@ -187,6 +189,7 @@ class Server:
     def _drop(self, worker: int, listening: dict[int, Listening], err: CommError) -> None:
         del listening[worker]
         self.clocks.pop(worker, None)
+        self._after_leaving()
         self.dropped.append(worker)
         print(f"parameter server {self.server}: worker {worker} (rank {self.workers[worker]}) "
               f"is gone, dropped from the clocks: {err}", file=sys.stderr)
@@ -211,6 +214,7 @@ class Server:
             self.at_checkpoint[worker] = header
         else:
             del self.clocks[worker]
+            self._after_leaving()
 
     def _take_push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
                    acknowledge: bool) -> None:
@@ -236,11 +240,25 @@ class Server:
         if self.accumulator is None:
             self.shard.apply(index, rows if scale == 1.0 else scale * rows)
         elif self.accumulator.add(keys - first, index, rows, scale):
-            touched, mean = self.accumulator.take()
-            index = self.layout.value_index(touched + first, first, self.width)
-            self.shard.apply(index, mean[index])
+            self._apply_softsync()
         if acknowledge:
             self._acknowledge(worker)
+
+    def _apply_softsync(self) -> None:
+        first = self.key_range[0]
+        touched, mean = self.accumulator.take()  # keys counted from the shard's first
+        index = self.layout.value_index(touched + first, first, self.width)
+        self.shard.apply(index, mean[index])
+
+    def _after_leaving(self, final: bool = False) -> None:
+        """n-softsync once a worker stopped or went: c = ⌊λ/n⌋ of those running (BSP: of
+        each iteration's pushes, ``_apply_held``); at the end, what is left is an update."""
+        if self.accumulator is None:
+            return
+        ready = not self.rule.holds_updates and self.accumulator.resize(
+            len(self.clocks) // self.softsync)
+        if self.accumulator.count and (ready or final):
+            self._apply_softsync()
 
     def _acknowledge(self, worker: int) -> None:
         # communication: the acknowledgement carries the shard's version
@@ -261,6 +279,9 @@ class Server:
                 ready.append(push)
             else:
                 self.held.append(push)
+        if self.accumulator is not None and ready:
+            # n-softsync: ⌊the iteration's pushes / n⌋ to an update (fewer once workers left)
+            self.accumulator.resize(len(ready) // self.softsync)
         # in the order the requests began, ties by worker (stable: one worker's in turn):
         # the modelled-clock order in-process, worker order under MPI, on every run
         for worker, header, keys, rows in sorted(ready, key=lambda p: (p[1].timestamp, p[0])):

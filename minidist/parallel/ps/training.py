@@ -90,7 +90,13 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
     ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync...).
 
     ``data``: the (train, test) sets, standardized (default: ``digits()``); in-process
-    ranks may share one copy, read only."""
+    ranks may share one copy, read only. No checkpoints: its step reads the next clock's
+    weights in the same request as the push (``push_pull``), where a checkpoint must sit
+    between a tick and the next pull (``Worker.checkpoint``)."""
+    if ps_options.get("checkpoint") is not None or ps_options.get("resume"):
+        raise ValueError("train_mlp takes no checkpoint= or resume=: it never stops at a "
+                         "checkpoint (write the loop with worker.checkpoint() between tick() "
+                         "and the next pull: parallel/ps/parameter_server.py)")
     train_set, test_set = data if data is not None else digits()
     model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
                       dtype=np.float64)

@@ -2,7 +2,9 @@
 
     values = worker.pull(keys)          # the rows of ``keys``, concatenated in their order
     ...compute a gradient of the same shape...
-    worker.push(keys, gradient)         # applied by the servers before push() returns
+    worker.push(keys, gradient)         # taken by the servers before push() returns:
+                                        # applied (ASP, SSP), held until every worker has
+                                        # ticked (BSP), or added to n-softsync's c gradients
     worker.tick()                       # iteration finished: clock += 1 on every server
 
     values = worker.push_pull(keys, gradient)   # the last three in one round trip
@@ -93,7 +95,8 @@ class Worker:
 
     def ipush(self, keys: np.ndarray, gradient: np.ndarray) -> Handle:
         """Send the gradient of the rows of ``keys`` (their values in the order of
-        ``keys``, any shape of that size); ``wait()`` returns the servers' versions."""
+        ``keys``, any shape of that size); ``wait()`` returns the servers' versions when
+        they took it (under BSP and n-softsync, before it is applied: module docstring)."""
         route, gradient = self._checked_push(keys, gradient)
         self._begin()
         answers = []
@@ -137,7 +140,8 @@ class Worker:
 
     def checkpoint(self) -> int:
         """Wait until every running worker has asked, at this same clock, and every server
-        has saved its shard; returns the clock saved."""
+        has saved its shard; returns the clock saved. Call it between ``tick()`` and the
+        next pull: a read taken before it (``push_pull``'s) is not one a resumed run makes."""
         self._begin()
         answers = []
         for server in range(len(self.servers)):
