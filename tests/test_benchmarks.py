@@ -264,3 +264,47 @@ def test_glove_and_cooccur_name_a_missing_corpus(tmp_path, capsys):
             main(argv)
         assert exit_.value.code == 2 and "no file or folder at" in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("text, options", [("", []), ("a b a b\n", ["--min-count", "3"])])
+def test_glove_benchmark_with_no_word_to_train_is_a_usage_error(tmp_path, capsys, text,
+                                                                options):
+    """An empty corpus or a --min-count no word reaches once ended in a traceback."""
+    from minidist.bench import glove
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        glove.main(["--corpus", str(corpus), "--epochs", "1", "--threads", "1", *options])
+    assert exit_.value.code == 2
+    count = options[1] if options else "5"
+    assert f"--min-count {count}: no word of the corpus occurs that often" in \
+        capsys.readouterr().err
+
+
+def test_english_corpus_checks_the_wheel_and_never_leaves_a_partial_file(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A missing or broken wheel once gave a traceback and left a 0-byte OUT."""
+    import zipfile
+
+    from minidist.bench import english_corpus
+
+    out, not_zip, empty_zip = tmp_path / "english.txt", tmp_path / "x.whl", tmp_path / "e.whl"
+    not_zip.write_bytes(b"not a zip")
+    with zipfile.ZipFile(empty_zip, "w") as archive:
+        archive.writestr("gensim/__init__.py", "")
+    for wheel, message in ((tmp_path / "none.whl", "no file there"),
+                           (not_zip, "not a zip file"),
+                           (empty_zip, f"holds no {english_corpus.WIKI}")):
+        with pytest.raises(SystemExit) as exit_:
+            english_corpus.main([str(out), "--gensim-wheel", str(wheel)])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+        assert list(tmp_path.glob("english*")) == []
+
+    def broken(texts, handle):
+        handle.write("half a line")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(english_corpus, "write_lines", broken)
+    with pytest.raises(OSError, match="disk full"):
+        english_corpus.main([str(out)])
+    assert list(tmp_path.glob("english*")) == []

@@ -196,3 +196,28 @@ def test_bad_window_is_refused():
     with pytest.raises(ValueError, match="window"):
         count_cooccurrences([["a"]], build_vocab([["a"]], min_count=1), window=0)
 
+
+
+@pytest.mark.parametrize("options, text, message", [
+    (["--window", "0"], "a b\n", "argument --window: wants an integer >= 1, got '0'"),
+    (["--min-count", "0"], "a b\n", "argument --min-count: wants an integer >= 1, got '0'"),
+    (["--max-vocab", "0"], "a b\n", "argument --max-vocab: wants an integer >= 1, got '0'"),
+    ([], "", "--min-count 5: no word of the corpus occurs that often"),
+    (["--min-count", "3"], "a b a b\n", "--min-count 3: no word of the corpus occurs that"),
+    (["--min-count", "1"], b"ok\n\xff\n", "corpus.txt: not UTF-8 text (invalid start byte at "
+                                          "byte 3)"),
+])
+def test_cli_refuses_what_it_cannot_count_and_writes_nothing(tmp_path, capsys, options, text,
+                                                            message):
+    """An empty corpus or vocabulary once left an empty .npz and exit status 0; a file not
+    UTF-8, a traceback; --window 0, a traceback after reading the corpus."""
+    corpus, out = tmp_path / "corpus.txt", tmp_path / "out.npz"
+    if isinstance(text, bytes):
+        corpus.write_bytes(text)
+    else:
+        corpus.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        main([str(corpus), str(out), *options])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -61,6 +61,17 @@ def test_missing_corpus_and_untokenised_lines_are_refused(tmp_path):
         list(iter_pieces(["a line of text"]))
 
 
+def test_a_file_that_is_not_utf8_is_a_value_error_naming_it_and_its_byte(tmp_path):
+    """It once raised a bare UnicodeDecodeError that named neither the file nor where."""
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("fine words\ncaf\u00e9\n".encode("utf-8") + b"na\xefve x\n")
+    for max_chars in (3, 1 << 20):
+        with pytest.raises(ValueError, match=r"latin1\.txt: not UTF-8 text \(.* at byte 19\)"):
+            list(iter_file_pieces(path, max_chars))
+    with pytest.raises(corpus_module.CorpusError, match="latin1.txt"):
+        build_vocab(tmp_path, min_count=1)  # a folder holding it
+
+
 # ---------------------------------------------------------------- vocabulary
 
 

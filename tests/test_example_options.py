@@ -116,6 +116,8 @@ def test_a_plot_into_a_missing_folder_is_made_before_the_run(tmp_path):
     ("moe", ["--experts", "6", "--global-batch", "64"],
      "--global-batch 64 must be a multiple of the 3 ranks"),
     ("moe", ["--experts", "4", "--global-batch", "66"], "--experts 4 must be a multiple of the 3"),
+    ("glove", ["--strategy", "ddp", "--ranks", "2"], "--ranks 2 under mpirun, which started 3"),
+    ("glove", ["--strategy", "records"], "--strategy records trains in one process, and mpirun"),
 ])
 def test_what_depends_on_the_ranks_is_one_line_on_every_rank(example, options, message):
     job = run_under_mpiexec(3, f"minidist.examples.{example}", options)
@@ -123,3 +125,16 @@ def test_what_depends_on_the_ranks_is_one_line_on_every_rank(example, options, m
     for rank in range(3):
         assert f"{example} (rank {rank}): {message}" in job.stderr, job.stderr
     assert "Traceback" not in job.stderr, job.stderr
+
+
+def test_glove_names_a_corpus_that_is_not_utf8(tmp_path, capsys):
+    """It once ended in a bare UnicodeDecodeError naming neither the file nor the byte."""
+    from minidist.examples import glove
+
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("the café\n".encode("latin-1"))
+    with pytest.raises(SystemExit) as exit_:
+        glove.main(["--corpus", str(corpus), "--min-count", "1", "--no-progress"])
+    assert exit_.value.code == 2
+    assert f"{corpus}: not UTF-8 text (invalid continuation byte at byte 7)" in \
+        capsys.readouterr().err

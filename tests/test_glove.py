@@ -233,3 +233,46 @@ def test_old_module_paths_still_import():
     assert train_hogwild is glove.train_hogwild
     assert parallel.train_glove_ddp is glove.train_glove_ddp
     assert parallel.glove_sharded.train_glove_sharded is glove.train_glove_sharded
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "bad.txt: no vectors (the file is empty)"),
+    ("a\t1.0\t2.0\n", "bad.txt:1: a tab"),
+    ("a 1.0 2.0\nb\n", "bad.txt:2: expected 'word x1 ... xd'"),
+    ("a 1.0 2.0\n\n", "bad.txt:2: expected 'word x1 ... xd'"),
+    ("a 1.0 2.0\nb 3.0 x\n", "bad.txt:2: 'x' is not a number"),
+    ("a 1.0 2.0\nb 1.0 2.0 3.0\n", "bad.txt:2: 3 numbers, expected 2"),
+])
+def test_text_format_rejects_malformed_files_naming_the_line(tmp_path, text, message):
+    """Each was once read as something else (tab-separated: one word per line, no numbers),
+    or failed with a bare float() error naming neither file nor line."""
+    path = tmp_path / "bad.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        glove.load_vectors(path)
+    assert message in str(error.value)
+
+
+def test_text_format_takes_a_trailing_space_and_crlf(tmp_path):
+    path = tmp_path / "ok.txt"
+    path.write_bytes(b"a 1.0 2.0 \r\nb 3.0 4.0\r\n")
+    words, vectors = glove.load_vectors(path)
+    assert words == ["a", "b"]
+    np.testing.assert_array_equal(vectors, [[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_records_refuse_ids_outside_the_vocabulary_and_counts_not_finite():
+    """A negative id once trained the last row (and sum_rows dropped id -1); a NaN count
+    passed the `<= 0` check and trained NaNs; an id past the model, an IndexError."""
+    with pytest.raises(ValueError, match="row holds the word id -1; ids must be >= 0"):
+        glove.Records.from_counts([0, -1], [1, 0], [3.0, 3.0])
+    with pytest.raises(ValueError, match="col holds the word id 5; ids must be >= 0 and < 3"):
+        glove.Records.from_counts([0, 1], [1, 5], [3.0, 3.0], vocab_size=3)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="every count must be finite"):
+            glove.Records.from_counts([0, 1], [1, 0], [3.0, bad])
+    with pytest.raises(ValueError, match="word ids are integers"):
+        glove.Records.from_counts([0.5], [1.0], [3.0])
+    beyond = glove.Records.from_counts([0, 1, 5], [1, 0, 2], [3.0, 3.0, 2.0])
+    with pytest.raises(ValueError, match="row holds the word id 5; ids must be >= 0 and < 3"):
+        glove.train(glove.GloVe.create(3, 4), beyond, 1)

@@ -124,3 +124,32 @@ def test_similarity_spearman_with_coverage(tmp_path):
     assert similarity_spearman(vectors, words, reversed_scores).rho == pytest.approx(-1.0)
     with pytest.raises(ValueError, match=":1"):
         similarity_spearman(vectors, words, write(tmp_path / "bad.txt", "w0 w1 high\n"))
+
+
+@pytest.mark.parametrize("vectors, words", [
+    (np.ones((4, 3)), ["a", "b", "c", "d", "e"]),    # a word without a vector
+    (np.ones((10, 3)), ["a", "b", "c", "d", "e"]),   # vectors without words
+    (np.ones(5), ["a", "b", "c", "d", "e"]),         # not a matrix
+])
+def test_vectors_must_be_a_matrix_with_a_row_per_word(tmp_path, vectors, words):
+    """A mismatch once scored the wrong words without a word said."""
+    analogies = write(tmp_path / "an.txt", ": s\na b c d\nb c d e\n")
+    similarity = write(tmp_path / "sim.txt", "a b 1\nc d 2\nd e 3\n")
+    for evaluate in (lambda: analogy_accuracy(vectors, words, analogies),
+                     lambda: similarity_spearman(vectors, words, similarity),
+                     lambda: nearest_neighbours(vectors, words, "a")):
+        with pytest.raises(ValueError, match="vectors"):
+            evaluate()
+
+
+def test_evaluation_files_already_read_and_files_not_utf8(tmp_path):
+    words, vectors = planted_vectors(np.random.default_rng(0))
+    path = write(tmp_path / "q.txt", ": s\nparis_city paris_land rome_city rome_land\n")
+    read = read_analogies(path)
+    assert analogy_accuracy(vectors, words, read).accuracy == 1.0
+    pairs = [("paris_city", "paris_land", 2.0), ("paris_city", "rome_land", 1.0),
+             ("paris_city", "rome_city", 1.5)]
+    assert similarity_spearman(vectors, words, pairs).used == 3
+    (tmp_path / "bad.txt").write_bytes(b": s\n\xff\n")
+    with pytest.raises(ValueError, match=r"bad\.txt: not UTF-8 text"):
+        read_analogies(tmp_path / "bad.txt")

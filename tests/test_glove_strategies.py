@@ -102,3 +102,92 @@ def test_example_reads_a_text_file_and_external_evaluation_files(tmp_path):
     assert result["model"].dim == 16 and len(result["costs"]) == 3
     assert result["costs"][-1] < result["costs"][0]
     assert result["analogies"].coverage > 0.9 and result["similarity"].used > 0
+
+
+def tiny_corpus(path):
+    """30 words, 300 lines of 12: a corpus that trains in well under a second."""
+    rng = np.random.default_rng(0)
+    path.write_text("".join(" ".join(f"w{i}" for i in rng.integers(0, 30, 12)) + "\n"
+                            for _ in range(300)))
+    return path
+
+
+def test_example_gives_hogwild_the_run_timeout(monkeypatch):
+    """Hogwild once ran under train_hogwild's default 300 s, the others under 3600 s."""
+    from minidist.data.cooccur import Cooccurrence
+    from minidist.examples import glove as example
+
+    seen = {}
+
+    def fake_hogwild(model, records, **options):
+        seen.update(options)
+        return glove.HogwildRun(costs=[1.0] * options["epochs"])
+
+    monkeypatch.setattr(glove, "train_hogwild", fake_hogwild)
+    row, col, val = random_cooccurrence(30, 200, seed=1)
+    counts = Cooccurrence(row.astype(np.int32), col.astype(np.int32), val,
+                          np.array([f"w{i}" for i in range(30)]), np.ones(30, np.int64))
+    example.train_vectors(counts, "hogwild", dim=4, epochs=1, progress=False)
+    assert seen.get("timeout", 300.0) >= 3600
+
+
+@pytest.mark.parametrize("option, text, message", [
+    ("--eval-analogies", ": s\na b c\n", "argument --eval-analogies: {path}:2: expected 4 words"),
+    ("--eval-similarity", "a b 1\nc d high\n", "argument --eval-similarity: {path}:2: expected"),
+    ("--eval-similarity", None, "argument --eval-similarity: no file or folder at '{path}'"),
+])
+def test_example_reads_evaluation_files_before_training(tmp_path, monkeypatch, capsys, option,
+                                                        text, message):
+    """A bad or missing file was once found after the whole training run, as a traceback."""
+    from minidist.examples import glove as example
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before reading the evaluation files")
+
+    monkeypatch.setattr(example, "train_vectors", no_training)
+    path = tmp_path / "eval.txt"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        example.main(["--corpus", str(tiny_corpus(tmp_path / "c.txt")), "--min-count", "1",
+                      "--no-progress", option, str(path)])
+    assert exit_.value.code == 2
+    assert message.format(path=path) in capsys.readouterr().err
+
+
+def test_example_says_which_options_its_strategy_ignores(tmp_path, capsys):
+    from minidist.examples import glove as example
+
+    example.main(["--corpus", str(tiny_corpus(tmp_path / "c.txt")), "--min-count", "1",
+                  "--no-progress", "--epochs", "1", "--dim", "4", "--strategy", "single",
+                  "--threads", "2", "--ranks", "3"])
+    out = capsys.readouterr().out
+    assert "note: --threads is for --strategy records; single ignores it" in out
+    assert "note: --ranks is for --strategy hogwild or sharded or ddp; single ignores it" in out
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(150)
+def test_example_under_mpirun_trains_once_on_its_ranks(tmp_path):
+    """Each rank once ran the whole example, nested mpiexec job and all: every line
+    printed twice, --save written twice. Now the ranks are the job; rank 0 speaks."""
+    from mpi_example import run_under_mpiexec
+
+    from minidist.examples import glove as example
+
+    corpus, saved = tiny_corpus(tmp_path / "c.txt"), tmp_path / "vectors.txt"
+    options = ["--corpus", str(corpus), "--min-count", "1", "--epochs", "2", "--dim", "8",
+               "--no-progress", "--strategy", "ddp"]
+    job = run_under_mpiexec(2, "minidist.examples.glove", [*options, "--save", str(saved)],
+                            timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr
+    out = job.stdout
+    assert out.count("30 words, ") == 1 and out.count("vectors written to") == 1, out
+    assert out.count("epoch   1  cost") == 1 and out.count("epoch   2  cost") == 1, out
+    assert out.count("2 epochs in") == 1 and "strategy ddp on 2 ranks" in out, out
+    # 2 ranks of 256 records each: the one-process run with batches of 512
+    single = example.main([*options[:-2], "--strategy", "single", "--batch-size", "512"])
+    costs = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("epoch")]
+    np.testing.assert_allclose(costs, single["costs"], atol=1e-5)
+    words, vectors = glove.load_vectors(saved)
+    assert words == single["words"] and vectors.shape == (30, 8)

@@ -26,6 +26,8 @@ import zipfile
 from collections.abc import Iterator
 from typing import TextIO
 
+from minidist.util.arguments import output_file
+
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 TEST_DATA = "gensim/test/test_data/"
 WIKI = TEST_DATA + "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -55,11 +57,28 @@ def wikipedia(xml: str) -> Iterator[str]:
         yield from re.sub(r"&[a-z]+;", " ", text).split("\n\n")
 
 
+GENSIM_MEMBERS = (WIKI, TEST_DATA + "lee_background.cor", TEST_DATA + "head500.noblanks.cor")
+
+
+def check_wheel(wheel: str) -> None:
+    """A ValueError naming what is wrong unless ``wheel`` is a zip holding the test data
+    read here (checked before anything is written)."""
+    if not os.path.isfile(wheel):
+        raise ValueError(f"--gensim-wheel {wheel}: no file there (pip download --no-deps "
+                         "gensim -d wheels/)")
+    if not zipfile.is_zipfile(wheel):
+        raise ValueError(f"--gensim-wheel {wheel}: not a zip file, so not a wheel")
+    with zipfile.ZipFile(wheel) as archive:
+        missing = sorted(set(GENSIM_MEMBERS) - set(archive.namelist()))
+    if missing:
+        raise ValueError(f"--gensim-wheel {wheel}: holds no {missing[0]} (is it gensim's?)")
+
+
 def gensim_texts(wheel: str) -> Iterator[str]:
     with zipfile.ZipFile(wheel) as archive:
         yield from wikipedia(bz2.decompress(archive.read(WIKI)).decode("utf-8", "ignore"))
-        for name in ("lee_background.cor", "head500.noblanks.cor"):
-            yield from archive.read(TEST_DATA + name).decode("utf-8", "ignore").splitlines()
+        for name in GENSIM_MEMBERS[1:]:
+            yield from archive.read(name).decode("utf-8", "ignore").splitlines()
 
 
 def debian_texts() -> Iterator[str]:
@@ -78,14 +97,26 @@ def debian_texts() -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", help="the text file to write, a document per line")
+    parser.add_argument("out", type=output_file,
+                        help="the text file to write, a document per line")
     parser.add_argument("--gensim-wheel", help="a gensim wheel (pip download --no-deps gensim)")
     args = parser.parse_args(argv)
-    with open(args.out, "w", encoding="utf-8") as out:
-        tokens = write_lines(gensim_texts(args.gensim_wheel), out) if args.gensim_wheel else 0
-        tokens += write_lines(debian_texts(), out)
-    if not tokens:  # an empty corpus would only fail later, in a trainer
-        os.remove(args.out)
+    if args.gensim_wheel:
+        try:
+            check_wheel(args.gensim_wheel)
+        except (ValueError, zipfile.BadZipFile) as err:
+            parser.error(str(err))
+    partial = args.out + ".part"  # OUT appears whole, or not at all
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            tokens = write_lines(gensim_texts(args.gensim_wheel), out) if args.gensim_wheel else 0
+            tokens += write_lines(debian_texts(), out)
+        if tokens:  # an empty corpus would only fail later, in a trainer
+            os.replace(partial, args.out)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    if not tokens:
         parser.error("no source of text found: pass --gensim-wheel (pip download --no-deps "
                      "gensim) or install the Debian packages the module docstring names")
     print(f"{args.out}: {tokens:,} tokens")

@@ -68,7 +68,10 @@ def peak_mb(pid: int | str = "self") -> float:
 
 
 def prepare(corpus: str | None, folder: Path, min_count: int, window: int) -> dict[str, Any]:
-    """Count the corpus; write glove.c's record file (shuffled once) and vocabulary file."""
+    """Count the corpus; write glove.c's record file (shuffled once) and vocabulary file.
+
+    A corpus that is not UTF-8, or in which no word occurs ``min_count`` times, is a
+    ValueError saying so (``main`` makes it a usage error)."""
     from minidist.data.cooccur import count_cooccurrences
     from minidist.data.vocab import build_vocab
 
@@ -79,6 +82,9 @@ def prepare(corpus: str | None, folder: Path, min_count: int, window: int) -> di
     else:
         source = corpus
     vocab = build_vocab(source, min_count=min_count)
+    if not len(vocab):  # nothing to train: say why now, not in a trainer
+        raise ValueError(f"--min-count {min_count}: no word of the corpus occurs that often; "
+                         "lower it, or check the corpus is not empty")
     counts = count_cooccurrences(source, vocab, window=window)
     glove.write_records(folder / "records.bin", counts.row, counts.col, counts.val, seed=0)
     with open(folder / "vocab.txt", "w", encoding="utf-8") as out:
@@ -152,8 +158,6 @@ def run_reference(binary: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"costs": costs, "seconds": list(np.diff(stamps)), "peak": peak, "baseline": 0.0}
 
 
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=path_or(),
@@ -192,7 +196,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="minidist-bench-glove-") as folder:
         started = time.perf_counter()
-        data = prepare(args.corpus, Path(folder), args.min_count, args.window)
+        try:
+            data = prepare(args.corpus, Path(folder), args.min_count, args.window)
+        except ValueError as err:  # not UTF-8 (CorpusError), or no word left
+            parser.error(str(err))
         n = data["records"]
         model = glove.GloVe.create(data["words"], args.dim, seed=0)
         np.concatenate((model.word, model.context)).tofile(f"{folder}/init.bin")
@@ -248,10 +255,6 @@ def check_device(parser: argparse.ArgumentParser, device: str | None) -> None:
     if device:
         choose_device(parser, device)
         backend.set_device("cpu")
-
-
-
-
 
 
 if __name__ == "__main__":

@@ -54,9 +54,9 @@ from itertools import repeat
 
 import numpy as np
 
-from minidist.data.corpus import CorpusSource, download_text8, iter_pieces
+from minidist.data.corpus import CorpusError, CorpusSource, download_text8, iter_pieces
 from minidist.data.vocab import Vocabulary, build_vocab
-from minidist.util.arguments import path_or
+from minidist.util.arguments import integer, output_file, path_or
 from minidist.util.download import DownloadError
 
 CHUNK_TOKENS = 1 << 20
@@ -261,31 +261,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Count word co-occurrences (GloVe's rules) and save them as .npz.")
     parser.add_argument("corpus", type=path_or("text8", "synthetic"),
                         help="a UTF-8 text file or folder, 'text8' or 'synthetic'")
-    parser.add_argument("out", help="the .npz file to write")
-    parser.add_argument("--min-count", type=int, default=5)
-    parser.add_argument("--max-vocab", type=int, default=None)
-    parser.add_argument("--window", type=int, default=10)
+    parser.add_argument("out", type=output_file, help="the .npz file to write")
+    parser.add_argument("--min-count", type=integer(1), default=5)
+    parser.add_argument("--max-vocab", type=integer(1), default=None)
+    parser.add_argument("--window", type=integer(1), default=10)
     parser.add_argument("--asymmetric", action="store_true",
                         help="count left contexts only (X[left word, right word])")
     parser.add_argument("--no-distance-weighting", action="store_true",
                         help="a pair adds 1 at any distance instead of 1/distance")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
-    parser.add_argument("--num-tokens", type=int, default=None,
+    parser.add_argument("--num-tokens", type=integer(1), default=None,
                         help="size of the synthetic corpus (its default otherwise)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     source: CorpusSource = args.corpus
-    if args.corpus == "synthetic":
-        from minidist.data.synthetic_language import generate_corpus
+    try:
+        if args.corpus == "synthetic":
+            from minidist.data.synthetic_language import generate_corpus
 
-        options = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
-        source = generate_corpus(seed=args.seed, **options).lines
-    elif args.corpus == "text8" and not os.path.exists("text8"):
-        try:
+            options = {} if args.num_tokens is None else {"num_tokens": args.num_tokens}
+            source = generate_corpus(seed=args.seed, **options).lines
+        elif args.corpus == "text8" and not os.path.exists("text8"):
             source = download_text8()
-        except DownloadError as err:  # offline: what to do instead, in its words
-            parser.error(str(err))
-    vocab = build_vocab(source, min_count=args.min_count, max_size=args.max_vocab)
+        vocab = build_vocab(source, min_count=args.min_count, max_size=args.max_vocab)
+    except (DownloadError, CorpusError) as err:  # offline, not UTF-8: in their words
+        parser.error(str(err))
+    if not len(vocab):  # an empty .npz would only fail later, in a trainer
+        parser.error(f"--min-count {args.min_count}: no word of the corpus occurs that often; "
+                     "lower it, or check the corpus is not empty")
     counts = count_cooccurrences(source, vocab, window=args.window,
                                  symmetric=not args.asymmetric,
                                  distance_weighting=not args.no_distance_weighting)

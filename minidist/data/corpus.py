@@ -29,12 +29,13 @@ fake opener.
 
 from __future__ import annotations
 
+import codecs
 import os
 import shutil
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from minidist.util.download import (
     ChecksumError,
@@ -53,6 +54,10 @@ TEXT8_SIZE = 100_000_000  # bytes of the unzipped file, as published with it
 # digest of the file it verified by size, and later loads check against it.
 TEXT8_SHA256_FILE = "text8.sha256"
 MAX_PIECE_CHARS = 1 << 20
+
+
+class CorpusError(ValueError):
+    """A corpus file that cannot be read as UTF-8 text; the message names it and the byte."""
 
 
 class TokenPiece(NamedTuple):
@@ -81,11 +86,12 @@ def iter_file_pieces(path: str | os.PathLike,
                      max_chars: int = MAX_PIECE_CHARS) -> Iterator[TokenPiece]:
     """The tokens of a UTF-8 text file, at most ``max_chars`` characters per piece.
 
-    Cost: one sequential read of the file; memory O(max_chars).
+    Cost: one sequential read of the file; memory O(max_chars). A file that is not
+    UTF-8 raises :class:`CorpusError` (a ValueError) naming it and its first bad byte.
     """
     with open(path, encoding="utf-8") as file:
         carried, ends_line = "", True  # carried: the start of a token cut by the last read
-        while text := file.readline(max_chars):
+        while text := _read_line(file, path, max_chars):
             ends_line = text.endswith("\n")
             tokens = (carried + text).split()
             carried = ""
@@ -94,6 +100,32 @@ def iter_file_pieces(path: str | os.PathLike,
             yield TokenPiece(tokens, ends_line)
         if not ends_line:  # the file's last line has no newline
             yield TokenPiece([carried] if carried else [], True)
+
+
+def _read_line(file: TextIO, path: str | os.PathLike, max_chars: int) -> str:
+    """``file.readline(max_chars)``; a decoding error becomes a CorpusError naming the file."""
+    try:
+        return file.readline(max_chars)
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{path}: not UTF-8 text ({err.reason} at byte "
+                          f"{first_bad_byte(path)}); convert it to UTF-8 first") from None
+
+
+def first_bad_byte(path: str | os.PathLike) -> int:
+    """The offset of the first byte of ``path`` that is not valid UTF-8 (-1: none).
+    Read again from the start, only once a read has failed."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0  # offset: bytes fed
+    with open(path, "rb") as file:
+        while True:
+            block = file.read(1 << 20)
+            pending = len(decoder.getstate()[0])  # an unfinished character carried over
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as err:  # err.start counts from the carried bytes
+                return offset - pending + err.start
+            if not block:
+                return -1
+            offset += len(block)
 
 
 def iter_pieces(source: CorpusSource, max_chars: int = MAX_PIECE_CHARS) -> Iterator[TokenPiece]:

@@ -27,11 +27,33 @@ spelling wins.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+Question = tuple[str, str, str, str]  # a is to b as c is to d
+
+def checked_vectors(vectors: np.ndarray, words: Sequence[str]) -> np.ndarray:
+    """``vectors`` as float64, after checking it is a (V, d) matrix with a row per word
+    (a mismatch would silently score the wrong words)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2:
+        raise ValueError(f"vectors must be a (words, dimensions) matrix, got shape "
+                         f"{vectors.shape}")
+    if len(vectors) != len(words):
+        raise ValueError(f"{len(vectors)} vectors but {len(words)} words: row i is the "
+                         "vector of words[i]")
+    return vectors
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 file's text; a decoding error names the file."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -54,21 +76,22 @@ def nearest_neighbours(vectors: np.ndarray, words: Sequence[str], query: str,
 
     Cost: O(V·d) for V words of dimension d.
     """
+    vectors = checked_vectors(vectors, words)
     index = word_index(words, case_insensitive=False)
     if query not in index:
         raise KeyError(f"{query!r} is not in the vocabulary")
-    unit = unit_rows(np.asarray(vectors, dtype=np.float64))
+    unit = unit_rows(vectors)
     scores = unit @ unit[index[query]]
     scores[index[query]] = -np.inf
     best = np.argsort(-scores, kind="stable")[:min(k, len(scores) - 1)]
     return [(str(words[i]), float(scores[i])) for i in best]
 
 
-def read_analogies(path: str | os.PathLike) -> dict[str, list[tuple[str, str, str, str]]]:
+def read_analogies(path: str | os.PathLike) -> dict[str, list[Question]]:
     """The sections of a Google-format analogy file, each a list of ``(a, b, c, d)``."""
-    sections: dict[str, list[tuple[str, str, str, str]]] = {}
+    sections: dict[str, list[Question]] = {}
     current = None
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         if line.startswith(":"):
@@ -155,13 +178,17 @@ def answer_analogies(unit: np.ndarray, questions: np.ndarray,
 
 
 def analogy_accuracy(vectors: np.ndarray, words: Sequence[str],
-                     analogy_file: str | os.PathLike,
+                     analogy_file: str | os.PathLike | Mapping[str, list[Question]],
                      case_insensitive: bool = True) -> AnalogyReport:
-    """3CosAdd accuracy on a Google-format analogy file, per section and in total."""
+    """3CosAdd accuracy on a Google-format analogy file, per section and in total.
+
+    ``analogy_file`` may also be its sections, already read (``read_analogies``)."""
+    unit = unit_rows(checked_vectors(vectors, words))
     index = word_index(words, case_insensitive)
-    unit = unit_rows(np.asarray(vectors, dtype=np.float64))
+    sections = (analogy_file if isinstance(analogy_file, Mapping)
+                else read_analogies(analogy_file))
     scores = []
-    for name, questions in read_analogies(analogy_file).items():
+    for name, questions in sections.items():
         score = AnalogyScore(name, total=len(questions))
         keyed = [[w.lower() for w in q] if case_insensitive else list(q) for q in questions]
         ids = np.array([[index[w] for w in q] for q in keyed if all(w in index for w in q)],
@@ -207,7 +234,7 @@ class SimilarityReport:
 def read_similarities(path: str | os.PathLike) -> list[tuple[str, str, float]]:
     """``(word1, word2, score)`` from ``word1 word2 score`` lines (``#`` starts a comment)."""
     pairs = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
@@ -220,12 +247,14 @@ def read_similarities(path: str | os.PathLike) -> list[tuple[str, str, float]]:
 
 
 def similarity_spearman(vectors: np.ndarray, words: Sequence[str],
-                        sim_file: str | os.PathLike,
+                        sim_file: str | os.PathLike | list[tuple[str, str, float]],
                         case_insensitive: bool = True) -> SimilarityReport:
-    """Spearman correlation between a file's scores and the cosines of the word pairs."""
+    """Spearman correlation between a file's scores and the cosines of the word pairs.
+
+    ``sim_file`` may also be its pairs, already read (``read_similarities``)."""
+    unit = unit_rows(checked_vectors(vectors, words))
     index = word_index(words, case_insensitive)
-    unit = unit_rows(np.asarray(vectors, dtype=np.float64))
-    pairs = read_similarities(sim_file)
+    pairs = sim_file if isinstance(sim_file, list) else read_similarities(sim_file)
     known = [(index[a], index[b], score) for a, b, score in
              (((a.lower(), b.lower(), s) if case_insensitive else (a, b, s))
               for a, b, s in pairs) if a in index and b in index]

@@ -74,12 +74,26 @@ class Records:
 
     @classmethod
     def from_counts(cls, row: Any, col: Any, val: Any, x_max: float = X_MAX,
-                    alpha: float = ALPHA) -> Records:
-        """The records of host counts, computed on the host, put on the current device."""
+                    alpha: float = ALPHA, vocab_size: int | None = None) -> Records:
+        """The records of host counts, computed on the host, put on the current device.
+
+        Ids must be whole numbers >= 0 (below ``vocab_size`` when given), counts finite
+        and > 0: anything else would train the wrong rows, or NaNs, without a word."""
         row, col, val = np.asarray(row), np.asarray(col), np.asarray(val, dtype=np.float64)
+        if not row.ndim == col.ndim == val.ndim == 1:
+            raise ValueError(f"Records.from_counts: row, col and val have shapes {row.shape}, "
+                             f"{col.shape} and {val.shape}; they must be 1-D")
         if not len(row) == len(col) == len(val):
             raise ValueError(f"Records.from_counts: row, col and val have lengths {len(row)}, "
                              f"{len(col)} and {len(val)}; they must be equal")
+        for name, ids in (("row", row), ("col", col)):
+            if len(ids) and not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f"Records.from_counts: {name} holds {ids.dtype} values; "
+                                 "word ids are integers")
+        check_ids(row, col, vocab_size, "Records.from_counts")
+        if not np.all(np.isfinite(val)):
+            raise ValueError("Records.from_counts: every count must be finite (a NaN or an "
+                             f"infinity at position {int(np.flatnonzero(~np.isfinite(val))[0])})")
         if np.any(val <= 0):
             raise ValueError("Records.from_counts: every count must be > 0 (log X_ij)")
         host = cls(row.astype(np.int64), col.astype(np.int64), weighting(val, x_max, alpha),
@@ -153,6 +167,19 @@ class GloVe:
         """The output vectors w + w~, shape (V, d), where the tables are
         (``backend.to_numpy`` copies them to the host for evaluation)."""
         return self.word[:, :-1] + self.context[:, :-1]
+
+
+def check_ids(row: Any, col: Any, vocab_size: int | None, who: str) -> None:
+    """Word ids from 0 (to ``vocab_size`` - 1, when given): a negative id would index
+    from the end of a table, and ``sum_rows`` takes -1 for "no row"."""
+    for name, ids in (("row", row), ("col", col)):
+        if not len(ids):
+            continue
+        low, high = int(ids.min()), int(ids.max())  # on a device: one copy back each
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            bound = f" and < {vocab_size}" if vocab_size is not None else ""
+            raise ValueError(f"{who}: {name} holds the word id "
+                             f"{low if low < 0 else high}; ids must be >= 0{bound}")
 
 
 def _moved(arrays: dict[str, Any], xp: ModuleType) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.glove.gradients import SparseGradients, batch_gradients
-from minidist.glove.model import ETA, GloVe, Records, adagrad_columns
+from minidist.glove.model import ETA, GloVe, Records, adagrad_columns, check_ids
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
 from minidist.util.answers import lab_answer
@@ -130,6 +130,7 @@ def fit(strategy: Strategy, model: GloVe, records: Records, epochs: int,
     ``on_batch(n)`` is called after each batch of n records, ``on_epoch(epoch,
     cost)`` after each epoch.
     """
+    check_ids(records.row, records.col, len(model.word), "the records")  # rows of the model
     local = strategy.start(model)
     records = records.to(backend.xp_of(local.word))  # where the model is, once
     costs = []

@@ -57,8 +57,10 @@ from minidist.util.answers import lab_answer
 def sum_rows(ids: Any, grads: Any) -> tuple[Any, Any]:
     """The distinct ids (sorted) and, per id, the sum of its rows of ``grads``.
 
-    Sort the ids (all >= 0), find where each run of equal ids starts, add up
-    each run with ``add.reduceat``: O(B log B + B d).
+    Sort the ids (all >= 0, as ``Records.from_counts`` and ``fit`` make sure: with
+    ``prepend=-1`` no run would start at an id -1, and its rows would be dropped), find
+    where each run of equal ids starts, add up each run with ``add.reduceat``:
+    O(B log B + B d).
     """
     xp = backend.xp_of(grads)
     order = xp.argsort(ids, kind="stable")
