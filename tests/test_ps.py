@@ -318,12 +318,13 @@ def test_staleness_aware_steps_are_sgds_only(rule):
         ServerOptimizer(rule, 0.01, staleness_aware=True)
 
 
-def test_train_mlp_refuses_checkpoints_it_would_never_take(tmp_path):
+def test_train_mlp_wants_a_checkpoint_folder_and_how_often_together(tmp_path):
     """It accepted checkpoint= and wrote nothing; resume=True then found no file."""
     from minidist.parallel.ps.training import train_mlp
 
-    with pytest.raises(ValueError, match="train_mlp takes no checkpoint= or resume="):
-        train_mlp(world(), checkpoint=tmp_path)
+    for options in (dict(checkpoint=tmp_path), dict(checkpoint_every=5)):
+        with pytest.raises(ValueError, match="checkpoint= .a folder. and checkpoint_every= "):
+            train_mlp(world(), **options)
 
 
 @pytest.mark.parametrize("request_, message", [

@@ -25,6 +25,21 @@ def test_a_run_prints_its_summary_draws_its_plot_and_repeats_to_the_bit(tmp_path
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("consistency", [["ssp", "--staleness", "1"], ["asp"], ["bsp"]])
+def test_a_run_stopped_and_started_again_resumes_and_ends_as_one_never_stopped(
+        tmp_path, capsys, consistency):
+    """It had no way to: train_mlp took checkpoint= and never stopped at one."""
+    options = ["--ranks", "4", "--checkpoint-every", "5", "--consistency", *consistency]
+    whole = ps_mlp.main([*options, "--steps", "20", "--checkpoint-dir", str(tmp_path / "a")])
+    ps_mlp.main([*options, "--steps", "10", "--checkpoint-dir", str(tmp_path / "b")])
+    capsys.readouterr()
+    resumed = ps_mlp.main([*options, "--steps", "20", "--checkpoint-dir", str(tmp_path / "b")])
+    assert f"resuming from the checkpoint in {tmp_path / 'b'}" in capsys.readouterr().out
+    assert (resumed["run"].values == whole["run"].values).all()
+    assert resumed["run"].requests["PUSH"] == 3 * 2  # only clocks 10-19: one checkpoint
+
+
+@pytest.mark.timeout(60)
 def test_a_straggler_doubles_bsps_modelled_time_and_asp_does_not_wait_for_it():
     plain = ps_mlp.main([*QUICK, "--consistency", "bsp"])
     bsp = ps_mlp.main([*QUICK, "--consistency", "bsp", "--straggler", "3:2"])

@@ -14,6 +14,11 @@ applies the average of ⌊W/N⌋ gradients as one update) and enforce the
 consistency model: ``bsp``, a barrier every clock; ``ssp``, no worker more
 than ``--staleness`` clocks ahead of the slowest; ``asp``, none.
 
+``--checkpoint-dir D`` has the servers save their shards there every
+``--checkpoint-every`` clocks; the same command started again resumes from
+them (the workers' state is their clock: their batches depend on the seed,
+the worker and the clock only).
+
 ``--straggler RANK:FACTOR`` makes the worker of rank RANK FACTOR times slower.
 Under MPI it really sleeps, before each push, (FACTOR-1)× its own step as
 measured (the gradient and the traffic; the median of its last few steps,
@@ -39,7 +44,15 @@ from collections import deque
 import numpy as np
 from tqdm import tqdm
 
-from minidist.comm import Communicator, LocalCluster, LocalCommunicator, Straggler, allreduce, world
+from minidist.comm import (
+    Communicator,
+    LocalCluster,
+    LocalCommunicator,
+    Straggler,
+    allreduce,
+    broadcast,
+    world,
+)
 from minidist.examples.options import (
     image_file,
     integer,
@@ -48,6 +61,7 @@ from minidist.examples.options import (
     run_ranks,
 )
 from minidist.parallel.ps import ServerOptimizer, consistency
+from minidist.parallel.ps.checkpoint import shard_file
 from minidist.parallel.ps.training import train_mlp
 
 LEARNING_RATES = {"sgd": 0.1, "adagrad": 0.05, "adam": 0.003}  # each rule's default
@@ -123,6 +137,8 @@ def run(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dic
     bar = tqdm(total=args.steps, desc=f"worker 0 ({options['consistency']})",
                disable=not progress or worker != 0)
     hooks.append(lambda clock: bar.update())
+    if args.checkpoint_dir is not None:
+        options.update(checkpoint_every=args.checkpoint_every, **resuming(c, args.checkpoint_dir))
     result = train_mlp(c, steps=args.steps, batch_size=args.batch_size, hidden=args.hidden,
                        seed=args.seed, compute_time=compute_time, eval_every=args.eval_every,
                        on_step=lambda clock: [hook(clock) for hook in hooks], **options)
@@ -138,6 +154,17 @@ def run(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dic
     return {"run": result, "accuracy": result.accuracy, "loss": result.loss,
             "seconds": result.seconds, "time_to_target": None if np.isnan(reached) else reached,
             "messages": int(messages), "bytes": int(nbytes)}
+
+
+def resuming(c: Communicator, folder: str) -> dict:
+    """``checkpoint=`` and whether to ``resume`` from a checkpoint in ``folder``: rank 0
+    looks, so that every rank decides alike."""
+    found = np.array([shard_file(folder, 0).exists() if c.rank == 0 else 0], np.int64)
+    # communication: rank 0 tells every rank whether there is a checkpoint to resume from
+    resume = bool(broadcast(found, c)[0])
+    if resume and c.rank == 0:
+        print(f"resuming from the checkpoint in {folder}")
+    return dict(checkpoint=folder, resume=resume)
 
 
 def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: bool) -> str:
@@ -205,6 +232,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="in-process ranks when not under mpirun (default 4)")
     parser.add_argument("--compute", type=number(least=0), default=1e-3,
                         help="in-process: modelled seconds of one worker step")
+    parser.add_argument("--checkpoint-dir", default=None, metavar="D",
+                        help="the servers save their shards here, and a run started again "
+                             "resumes from them")
+    parser.add_argument("--checkpoint-every", type=integer(1), default=50, metavar="K",
+                        help="clocks between checkpoints (with --checkpoint-dir)")
     args = parser.parse_args(argv)
     if args.staleness is not None and args.consistency != "ssp":  # once ignored silently
         parser.error(f"--staleness {args.staleness}: only SSP has a staleness bound "

@@ -15,7 +15,10 @@ Each worker, at each clock t:
 Steps 3, 4 and the next clock's 1 go as one request to each server
 (``Worker.push_pull``): one round trip a clock, where three requests would
 take two. The last clock pushes and ticks only (worker 0 still reads, to
-score).
+score). With ``checkpoint_every`` k, every k-th clock the push and the tick
+are followed by a checkpoint, then the pull: a run resumed from it
+(``resume=True``) ends with the weights of a run never stopped, in
+deterministic mode to the bit.
 
 Worker 0 also scores the weights it pulled every ``eval_every`` clocks (on
 the test set, not counted as work): the loss and accuracy against its
@@ -45,6 +48,7 @@ from minidist.parallel.ps.keys import KeyLayout
 from minidist.parallel.ps.messages import Kind
 from minidist.parallel.ps.parameter_server import ParameterServer
 from minidist.parallel.ps.server import ServerReport
+from minidist.util.values import whole
 
 ComputeTime = Callable[[int, int], float]  # (clock, worker) -> modelled seconds
 
@@ -85,18 +89,22 @@ def mlp_layout(model: MLP) -> KeyLayout:
 def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: int = 64,
               seed: int = 0, compute_time: ComputeTime | None = None, eval_every: int = 10,
               on_step: Callable[[int], Any] | None = None,
-              data: tuple[Dataset, Dataset] | None = None, **ps_options: Any) -> PSRun:
+              data: tuple[Dataset, Dataset] | None = None, checkpoint_every: int | None = None,
+              **ps_options: Any) -> PSRun:
     """Train the digits MLP for ``steps`` clocks per worker; ``ps_options`` go to
-    ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync...).
+    ``ParameterServer`` (servers, optimizer, consistency, staleness, softsync, checkpoint,
+    resume...).
 
     ``data``: the (train, test) sets, standardized (default: ``digits()``); in-process
-    ranks may share one copy, read only. No checkpoints: its step reads the next clock's
-    weights in the same request as the push (``push_pull``), where a checkpoint must sit
-    between a tick and the next pull (``Worker.checkpoint``)."""
-    if ps_options.get("checkpoint") is not None or ps_options.get("resume"):
-        raise ValueError("train_mlp takes no checkpoint= or resume=: it never stops at a "
-                         "checkpoint (write the loop with worker.checkpoint() between tick() "
-                         "and the next pull: parallel/ps/parameter_server.py)")
+    ranks may share one copy, read only. ``checkpoint_every`` k, with ``checkpoint=`` a
+    folder: every k-th clock the workers push and tick, wait while the servers save their
+    shards (``Worker.checkpoint``), then pull, instead of ``push_pull``; ``resume=True``
+    goes on from the last checkpoint, and ends as a run never stopped would."""
+    if (checkpoint_every is None) != (ps_options.get("checkpoint") is None):
+        raise ValueError("train_mlp: checkpoint= (a folder) and checkpoint_every= (clocks) "
+                         "go together")
+    if checkpoint_every is not None:
+        whole("checkpoint_every", checkpoint_every, least=1)
     train_set, test_set = data if data is not None else digits()
     model = build_mlp((train_set.x.shape[1], hidden, train_set.num_classes), seed=seed,
                       dtype=np.float64)
@@ -110,7 +118,8 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
         values = _collect(c, ps, report, result)
     else:
         result = PSRun(curve=_work(c, ps, model, layout, train_set, test_set, steps,
-                                   batch_size, seed, compute_time, eval_every, on_step))
+                                   batch_size, seed, compute_time, eval_every, on_step,
+                                   checkpoint_every))
         values = None
     result.seconds = _seconds(c, started)
     if values is not None:  # rank 0: the final model
@@ -122,7 +131,7 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
 
 
 def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, compute_time,
-          eval_every, on_step) -> list[tuple[float, int, float, float]]:
+          eval_every, on_step, checkpoint_every) -> list[tuple[float, int, float, float]]:
     worker, w = ps.worker(), c.rank - ps.servers
     keys, curve, started = layout.all_keys(), [], time.perf_counter()
     values = worker.pull(keys) if worker.clock < steps or w == 0 else None
@@ -136,7 +145,13 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
         if compute_time is not None:
             c.compute(compute_time(t, w))
         gradient = layout.flatten({n: p.grad for n, p in model.named_parameters()})
-        if t + 1 < steps or w == 0:  # push, tick, and the next clock's pull, in one
+        wanted = t + 1 < steps or w == 0  # the next clock's weights
+        if checkpoint_every and (t + 1) % checkpoint_every == 0:
+            worker.push(keys, gradient)
+            worker.tick()
+            worker.checkpoint()  # between the tick and the next pull, where a resumed run is
+            values = worker.pull(keys) if wanted else values
+        elif wanted:  # push, tick, and the next clock's pull, in one
             values = worker.push_pull(keys, gradient)
         else:
             worker.push(keys, gradient)
