@@ -48,7 +48,8 @@ DEVICE_FILES = {
     "test_zero.py", "test_moe.py", "test_pipeline.py", "test_parallel_grid.py", "test_memory.py",
     "test_transport_local.py", "test_collectives.py", "test_device_p2p.py", "test_ps_keys.py",
     "test_glove_device.py", "test_glove_gpu.py", "test_strict_device.py",
-    "test_examples_device.py",
+    "test_examples_device.py", "test_optim_state.py", "test_ddp_failures.py",
+    "test_zero_checkpoint.py",
 }
 
 

@@ -55,6 +55,29 @@ def test_a_checkpoint_restores_the_model_the_optimiser_the_generator_and_extra(t
         np.testing.assert_array_equal(theirs, mine)
 
 
+def test_a_checkpoint_restores_the_schedule_where_it_was(tmp_path):
+    def with_schedule(seed, steps):
+        model, opt = trained(seed, 0)
+        scheduler = md.optim.LRScheduler(opt, md.optim.schedules.cosine(0.01, 10))
+        for _ in range(steps):
+            scheduler.step()
+        return model, opt, scheduler
+
+    model, opt, scheduler = with_schedule(0, 3)
+    save_checkpoint(tmp_path, 3, model, opt, ONE, scheduler=scheduler)
+    other, other_opt, other_scheduler = with_schedule(1, 0)  # built first, as in a first run
+    with pytest.raises(ValueError, match="scheduler's state: pass scheduler="):
+        load_checkpoint(tmp_path, other, other_opt, ONE)
+    load_checkpoint(tmp_path, other, other_opt, ONE, scheduler=other_scheduler)
+    scheduler.step()
+    other_scheduler.step()  # on from step 3, not 0: the same rate, to the bit
+    assert other_scheduler.step_count == 4 and other_scheduler.last_lr == scheduler.last_lr
+    assert other_opt.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    save_checkpoint(tmp_path, 4, model, opt, ONE)
+    with pytest.raises(ValueError, match="holds no scheduler state"):
+        load_checkpoint(tmp_path, other, other_opt, ONE, scheduler=other_scheduler)
+
+
 def test_no_checkpoint_changes_nothing(tmp_path):
     model, opt = trained(seed=0, steps=1)
     before = [p.numpy().copy() for p in model.parameters()]

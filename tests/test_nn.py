@@ -260,6 +260,9 @@ def test_cross_entropy_rejects_bad_targets():
         F.cross_entropy(logits, np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="reduction"):
         F.cross_entropy(logits, np.array([0, 1]), reduction="max")
+    for labels in (np.array([0.0, 1.0]), np.array([True, False])):  # not class ids
+        with pytest.raises(TypeError, match=f"integer class ids, got dtype {labels.dtype}"):
+            F.cross_entropy(logits, labels)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

@@ -230,16 +230,28 @@ def test_lookahead_matches_reference():
         np.testing.assert_allclose(plain[i], expected, rtol=1e-12)
 
 
-def test_invalid_hyper_parameters_are_rejected():
-    params = make_params()
-    with pytest.raises(ValueError):
-        SGD(params, lr=-1.0)
-    with pytest.raises(ValueError, match="Nesterov"):
-        SGD(params, lr=0.1, nesterov=True)
-    with pytest.raises(ValueError, match="betas"):
-        Adam(params, betas=(0.9, 1.0))
-    with pytest.raises(ValueError, match="k must"):
-        Lookahead(SGD(params, lr=0.1), k=0)
+NAN = float("nan")
+BAD = [(lambda ps: SGD(ps, lr=-1.0), "lr"), (lambda ps: SGD(ps, 0.1, nesterov=True), "Nesterov"),
+       (lambda ps: SGD(ps, 0.1, momentum=NAN), "momentum"),
+       (lambda ps: SGD(ps, 0.1, momentum=1.5), "momentum"),
+       (lambda ps: SGD(ps, 0.1, weight_decay=NAN), "weight_decay"),
+       (lambda ps: Adam(ps, betas=(0.9, 1.0)), "betas"), (lambda ps: Adam(ps, eps=NAN), "eps"),
+       (lambda ps: Adam(ps, betas=(NAN, 0.9)), "betas"),
+       (lambda ps: Adam(ps, betas=(0.9,)), "betas"),
+       (lambda ps: Adam(ps, weight_decay=NAN), "weight_decay"),
+       (lambda ps: AdaGrad(ps, eps=NAN), "eps"), (lambda ps: AdaGrad(ps, lr=[NAN, 1.0]), "lr"),
+       (lambda ps: Lookahead(SGD(ps, 0.1), k=0), "k must"),
+       (lambda ps: Lookahead(SGD(ps, 0.1), k=2.5), "k must"),
+       (lambda ps: Lookahead(SGD(ps, 0.1), alpha=NAN), "alpha"),
+       (lambda ps: Lookahead(SGD(ps, 0.1), alpha=0.0), "alpha"),
+       (lambda ps: LRScheduler(SGD(ps, 0.1), schedules.cosine(NAN, 10)), "at step 0"),
+       (lambda ps: LRScheduler(SGD(ps, 0.1), lambda t: 0.1 - t), "at step 1")]
+
+
+@pytest.mark.parametrize("make, words", BAD)
+def test_invalid_hyper_parameters_are_rejected_by_name(make, words):
+    with pytest.raises(ValueError, match=words):  # not quietly trained to NaN weights
+        make(make_params()).step()
 
 
 # ---- schedules ---------------------------------------------------------------------------------

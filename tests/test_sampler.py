@@ -80,10 +80,31 @@ def test_data_loader_uses_the_sampler_and_advances_epochs():
     np.testing.assert_array_equal(epoch0, sampler.indices())  # y == index here
 
 
+def test_the_loader_and_its_sampler_share_one_epoch_counter():
+    data = Dataset(np.arange(24, dtype=np.float32).reshape(12, 2), np.arange(12), 12)
+    sampler = DistributedSampler(len(data), 2, 1, seed=0, batch_size=3)
+    loader = DataLoader(data, sampler=sampler)
+    sampler.set_epoch(5)  # PyTorch's way to resume: on the sampler
+    ids = np.concatenate([y for _, y in loader])
+    np.testing.assert_array_equal(ids, epoch_of(5))  # y == index here
+    assert loader.epoch == sampler.epoch == 6  # the next pass runs epoch 6
+    loader.set_epoch(2)  # or on the loader: the sampler learns it
+    assert sampler.epoch == 2
+    np.testing.assert_array_equal(np.concatenate([y for _, y in loader]), epoch_of(2))
+
+
+def epoch_of(epoch):
+    sampler = DistributedSampler(12, 2, 1, seed=0, batch_size=3)
+    sampler.set_epoch(epoch)
+    return sampler.indices()
+
+
 @pytest.mark.parametrize("args, words", [((10, 0, 0), "num_replicas"), ((10, 2, 2), "rank"),
-                                         ((-1, 2, 0), "num_samples")])
+                                         ((-1, 2, 0), "num_samples"),
+                                         ((10, 2.0, 0), "num_replicas"), ((10, 2, 0.0), "rank")])
 def test_bad_arguments_are_named(args, words):
     with pytest.raises(ValueError, match=words):
         DistributedSampler(*args)
-    with pytest.raises(ValueError, match="batch_size"):
-        DistributedSampler(10, 2, 0, batch_size=0)
+    for bad in (0, 2.5):
+        with pytest.raises(ValueError, match="batch_size"):
+            DistributedSampler(10, 2, 0, batch_size=bad)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import minidist as md
+from minidist import backend
 from minidist.data import DistributedSampler
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
@@ -66,6 +67,7 @@ def test_the_whole_state_is_one_optimisers_over_all_the_values():
     """Gathered on rank 0 from three shards: Adam's moments of all 59 values, in order; the
     step count once. It is what Adam over the flat vector holds after the same steps."""
     def run(c):
+        xp = backend.xp()
         model = MLP(SIZES, dtype=np.float64, rng=1)
         opt = ShardedOptimizer(model.parameters(), c, "adam", lr=0.05)
         flat = md.nn.Parameter(opt.flat.copy())
@@ -73,9 +75,9 @@ def test_the_whole_state_is_one_optimisers_over_all_the_values():
         for step in range(2):
             gradient = np.linspace(-1, 1, 59) * (step + 1)
             for p, (lo, hi) in zip(model.parameters(), opt.slots, strict=True):
-                p.grad = gradient[lo:hi].reshape(p.shape).copy()
+                p.grad = xp.asarray(gradient[lo:hi].reshape(p.shape))
             opt.step()
-            flat.grad = gradient
+            flat.grad = xp.asarray(gradient)
             alone.step()
         opt.consolidate_state_dict(to=0)
         return (opt.state_dict() if c.rank == 0 else None), alone.state_dict()
@@ -102,7 +104,7 @@ def test_state_dict_before_consolidating_or_of_another_model_is_a_clear_error():
                              lr=0.1, momentum=0.9)
     small.load_state_dict(small.optimizer.state_dict())  # no step yet: nothing to check
     for p in small.params:
-        p.grad = np.ones(p.shape)
+        p.grad = backend.xp().ones(p.shape)
     small.step()
     small.consolidate_state_dict()
     with pytest.raises(ValueError, match="has shape \\(9,\\), but the parameters are 59"):

@@ -65,20 +65,28 @@ def observe_ops(observer: Callable[[Context], None]):
 
 @contextmanager
 def _backward_callbacks():
-    """Collect callbacks queued during one backward pass; run them when it ends."""
+    """Collect callbacks queued during one backward pass; run them when it ends, or
+    their ``on_error`` if it raised (then the error goes on to the caller)."""
     with _set(_callbacks, []) as callbacks:
-        yield
-        for callback in callbacks:
+        try:
+            yield
+        except BaseException:
+            for _, on_error in callbacks:
+                if on_error is not None:
+                    on_error()
+            raise
+        for callback, _ in callbacks:
             callback()
 
 
-def queue_callback(callback) -> None:
+def queue_callback(callback, on_error=None) -> None:
     """Run ``callback()`` once the backward pass now running has finished
-    (data parallelism waits for its last gradient buckets there)."""
+    (data parallelism waits for its last gradient buckets there); if the pass
+    raises instead, ``on_error()`` runs (data parallelism drops the step)."""
     callbacks = _callbacks.get()
     if callbacks is None:
         raise RuntimeError("queue_callback() is only valid while backward() runs")
-    callbacks.append(callback)
+    callbacks.append((callback, on_error))
 
 
 class Context:

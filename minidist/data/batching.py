@@ -29,10 +29,16 @@ import numpy as np
 
 from minidist.data.dataset import Dataset
 from minidist.util import epoch_order
+from minidist.util.values import whole
 
 
 class Sampler(Protocol):
-    """What a :class:`DataLoader` asks of a sampler: index arrays, a length, an epoch."""
+    """What a :class:`DataLoader` asks of a sampler: index arrays, a length, an epoch.
+
+    ``iter(sampler)`` fixes the pass's order when it is called (the loader moves
+    the epoch on right after); ``sampler.epoch``, if it has one, is the epoch of
+    the next pass, the one counter the loader and the sampler share.
+    """
 
     def __iter__(self) -> Iterator[np.ndarray]: ...
 
@@ -55,12 +61,8 @@ class BatchSampler:
 
     def __init__(self, num_samples: int, batch_size: int, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        if num_samples < 0:
-            raise ValueError(f"num_samples must be >= 0, got {num_samples}")
-        self.num_samples = num_samples
-        self.batch_size = batch_size
+        self.num_samples = whole("num_samples", num_samples)
+        self.batch_size = whole("batch_size", batch_size, least=1)  # 2.5 would skip samples
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
@@ -68,7 +70,7 @@ class BatchSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` in the next pass."""
-        self.epoch = epoch
+        self.epoch = whole("epoch", epoch)
 
     def order(self) -> np.ndarray:
         """All indices of the current epoch, in the order the batches will take them."""
@@ -109,11 +111,12 @@ def iterate_batches(dataset: Dataset, batch_size: int, shuffle: bool = True, see
 class DataLoader:
     """Batches of ``dataset`` epoch after epoch, each epoch in a new, repeatable order.
 
-    The loader counts epochs itself: each ``for batch in loader`` runs the
-    current epoch and moves on to the next, so epoch e is shuffled by
-    ``(seed, e)``. Call :meth:`set_epoch` to choose the epoch of the next pass
-    (to resume a run, or to repeat an epoch). ``len(loader)`` is the number
-    of batches per epoch.
+    Each ``for batch in loader`` runs the current epoch and moves on to the
+    next, so epoch e is shuffled by ``(seed, e)``. The epoch is counted in one
+    place, the sampler (``loader.epoch`` is ``sampler.epoch``): call
+    :meth:`set_epoch` on the loader or on its sampler to choose the epoch of
+    the next pass (to resume a run, or to repeat an epoch); the passes after
+    it count on from there. ``len(loader)`` is the number of batches per epoch.
 
     By default a :class:`BatchSampler` picks the indices; pass ``sampler``
     (anything with ``__iter__`` over index arrays, ``__len__`` and
@@ -129,17 +132,29 @@ class DataLoader:
             sampler = BatchSampler(len(dataset), batch_size, shuffle, seed, drop_last)
         self.dataset = dataset
         self.sampler = sampler
-        self.epoch = 0
+        self._epoch = 0  # used only for a sampler that keeps no ``epoch`` of its own
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next pass: the sampler's."""
+        return getattr(self.sampler, "epoch", self._epoch)
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` in the next pass; the passes after it count on from there."""
-        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+        self._epoch = epoch
 
     def __len__(self) -> int:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         # The epoch moves on when the pass starts, so breaking out early still advances it.
-        self.sampler.set_epoch(self.epoch)
-        self.epoch += 1
-        return gather_batches(self.dataset, iter(self.sampler))
+        epoch = self.epoch
+        self.sampler.set_epoch(epoch)
+        batches = iter(self.sampler)  # this pass's order, fixed now
+        self.set_epoch(epoch + 1)
+        return gather_batches(self.dataset, batches)

@@ -40,10 +40,12 @@ Cost per epoch on every rank: O(N) to draw the permutation, O(N / P) kept.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from numbers import Integral
 
 import numpy as np
 
 from minidist.data.batching import BatchSampler
+from minidist.util.values import whole
 
 
 class DistributedSampler(BatchSampler):
@@ -59,13 +61,13 @@ class DistributedSampler(BatchSampler):
 
     def __init__(self, num_samples: int, num_replicas: int, rank: int, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False, *, batch_size: int = 1) -> None:
-        if num_replicas < 1:
-            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in 0..{num_replicas - 1}, got {rank}")
+        num_replicas = whole("num_replicas", num_replicas, least=1)
+        if isinstance(rank, bool) or not isinstance(rank, Integral) \
+                or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be an integer in 0..{num_replicas - 1}, got {rank!r}")
         super().__init__(num_samples, batch_size, shuffle, seed, drop_last)
         self.num_replicas = num_replicas
-        self.rank = rank
+        self.rank = int(rank)
 
     @property
     def shard_size(self) -> int:

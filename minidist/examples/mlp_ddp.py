@@ -111,12 +111,11 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
 
     step, losses, overlap = 0, [], []
     total = np.zeros(2)  # this rank's summed loss and sample count in the epoch
-    saved = load_checkpoint(checkpoint_dir, model, opt, c) if checkpoint_dir else None
+    saved = (load_checkpoint(checkpoint_dir, model, opt, c, scheduler=scheduler)
+             if checkpoint_dir else None)  # the schedule goes on from its saved step
     if saved is not None:
         step, losses = saved.step, saved.extra["losses"]
         total = np.array(saved.extra["totals"][c.rank])
-    for _ in range(step if scheduler is not None else 0):
-        scheduler.step()  # the learning rate the schedule had reached
     first_epoch, skip = divmod(step, len(loader))
     if saved is not None and progress and c.rank == 0:
         print(f"resumed from {saved.path}: step {step}, epoch {first_epoch}, batch {skip}",
@@ -125,7 +124,7 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
     def checkpoint() -> None:
         # communication: every rank's loss sums so far, saved by rank 0 with the model
         totals = allgather(total, c).tolist()
-        save_checkpoint(checkpoint_dir, step, model, opt, c,
+        save_checkpoint(checkpoint_dir, step, model, opt, c, scheduler=scheduler,
                         extra={"losses": losses, "totals": totals})
 
     start = time.perf_counter()

@@ -61,6 +61,9 @@ def one_hot(targets, num_classes: int, dtype):
     targets = xp.asarray(targets)
     if targets.ndim != 1:
         raise ValueError(f"targets must be 1-D class ids, got shape {targets.shape}")
+    if targets.size and targets.dtype.kind not in "iu":  # 1.7 or True is no class id
+        raise TypeError(f"targets must be integer class ids, got dtype {targets.dtype} "
+                        "(convert exact ones with .astype(int))")
     if targets.size and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
         raise ValueError(f"targets must lie in [0, {num_classes}), "
                          f"got min {int(targets.min())}, max {int(targets.max())}")

@@ -39,6 +39,7 @@ from minidist import backend
 from minidist.autograd import Tensor
 from minidist.optim.optimizer import Optimizer
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 CONVENTIONS = ("textbook", "glove.c")
 ALL = slice(None)  # ``rows`` that select a whole parameter
@@ -91,9 +92,14 @@ class AdaGrad(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: Any = 0.05,
                  eps: float = 1e-8, initial_accumulator: float = 0.0,
                  convention: str = "textbook", clip: Any = None) -> None:
-        if np.any(np.asarray(lr) < 0) or eps < 0 or initial_accumulator < 0:
-            raise ValueError("lr, eps and initial_accumulator must be >= 0")
-        if clip is not None and np.any(np.asarray(clip) <= 0):
+        finite("eps", eps)  # a NaN would train on, quietly, to NaN weights
+        finite("initial_accumulator", initial_accumulator)
+        if np.ndim(lr):  # one per column (a number is checked as every optimiser's is)
+            column = backend.to_numpy(lr)
+            if not (np.issubdtype(column.dtype, np.number) and np.all(np.isfinite(column))
+                    and np.all(column >= 0)):
+                raise ValueError(f"AdaGrad: lr must be finite numbers >= 0, got {lr!r}")
+        if clip is not None and not np.all(np.asarray(clip) > 0):  # NaN too
             raise ValueError(f"AdaGrad: clip must be > 0, got {clip!r}")
         if convention not in CONVENTIONS:
             raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, "

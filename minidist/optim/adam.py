@@ -29,12 +29,14 @@ weight decay); state: two arrays per parameter (2x the model).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from numbers import Real
 from typing import Any
 
 from minidist.autograd import Tensor
 from minidist.backend import xp_of
 from minidist.optim.optimizer import Optimizer, blocks
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 
 class Adam(Optimizer):
@@ -43,10 +45,11 @@ class Adam(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0) -> None:
-        if lr < 0 or eps < 0 or weight_decay < 0:
-            raise ValueError("lr, eps and weight_decay must be >= 0")
-        if not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"betas must lie in [0, 1), got {betas}")
+        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+            finite(name, value)  # a NaN would train on, quietly, to NaN weights
+        pair = tuple(betas) if isinstance(betas, Iterable) else ()
+        if len(pair) != 2 or not all(isinstance(b, Real) and 0.0 <= b < 1.0 for b in pair):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
                                       weight_decay=weight_decay))
 

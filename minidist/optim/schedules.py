@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite, whole
 
 Schedule = Callable[[int], float]
 
@@ -98,7 +99,13 @@ def linear_scaling(base_lr: float, batch_size: int, base_batch_size: int = 256,
 
 
 class LRScheduler:
-    """Drives an optimiser's learning rate with a schedule: call ``step()`` after ``opt.step()``."""
+    """Drives an optimiser's learning rate with a schedule: call ``step()`` after ``opt.step()``.
+
+    Its state is its step count: ``load_state_dict(saved)`` (after building it,
+    which sets ``schedule(0)``) goes on at ``schedule(saved step)``, the very lr
+    of the run that saved it (``save_checkpoint(..., scheduler=)`` keeps it). A
+    schedule's value that is not a finite number >= 0 is refused, naming the step.
+    """
 
     def __init__(self, optimizer: Any, schedule: Schedule) -> None:
         self.optimizer, self.schedule = optimizer, schedule
@@ -109,7 +116,16 @@ class LRScheduler:
         self.step_count += 1
         self._apply()
 
+    def state_dict(self) -> dict[str, int]:
+        return {"step_count": self.step_count}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Go on from a saved step count: lr = schedule(step_count) now."""
+        self.step_count = whole("LRScheduler step_count", state_dict["step_count"])
+        self._apply()
+
     def _apply(self) -> None:
-        self.last_lr = float(self.schedule(self.step_count))
+        lr = float(self.schedule(self.step_count))  # checked as the optimisers check theirs
+        self.last_lr = finite(f"the schedule's lr at step {self.step_count}", lr)
         for group in self.optimizer.param_groups:
             group["lr"] = self.last_lr

@@ -31,6 +31,7 @@ from minidist.autograd import Tensor
 from minidist.backend import xp_of
 from minidist.optim.optimizer import Optimizer, blocks
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 
 class SGD(Optimizer):
@@ -39,8 +40,10 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float,
                  momentum: float = 0.0, weight_decay: float = 0.0,
                  nesterov: bool = False) -> None:
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError("lr, momentum and weight_decay must be >= 0")
+        finite("lr", lr)  # a NaN would train on, quietly, to NaN weights
+        finite("weight_decay", weight_decay)
+        if not 0 <= finite("momentum", momentum) < 1:  # >= 1: the velocity never forgets
+            raise ValueError(f"momentum must lie in [0, 1), got {momentum!r}")
         if nesterov and momentum == 0:
             raise ValueError("Nesterov momentum needs momentum > 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,

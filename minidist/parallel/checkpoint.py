@@ -13,7 +13,9 @@ A checkpoint holds what the rest of the run depends on:
 
 1. the model's parameters (``Module.state_dict``);
 2. the optimiser's state: moments, step counts, hyper-parameters, the
-   learning rate a schedule set (``Optimizer.state_dict``);
+   learning rate a schedule set (``Optimizer.state_dict``), and the
+   schedule's own step count (``scheduler=``, an ``LRScheduler``), so that
+   the steps after the resume take the rates the schedule gives them;
 3. the position in the data: ``step``, the optimiser steps taken. A
    sampler's order depends only on its seed and the epoch
    (``minidist.data.distributed``), so ``divmod(step, len(loader))`` is the
@@ -86,13 +88,15 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
 
 def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimizer: Any,
                     comm: Communicator, *, rng: np.random.Generator | None = None,
-                    extra: dict[str, Any] | None = None, keep: int = 2) -> Path | None:
+                    extra: dict[str, Any] | None = None, keep: int = 2,
+                    scheduler: Any = None) -> Path | None:
     """Rank 0 writes the checkpoint of ``step`` atomically and keeps the ``keep`` newest;
-    returns its path there, None on the other ranks (which do nothing)."""
+    returns its path there, None on the other ranks (which do nothing). ``scheduler``:
+    an ``LRScheduler`` whose state is saved too."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     whole("step", step)  # step--0000005.npz would never be found again
-    _check_has_state(optimizer)
+    _check_has_state(optimizer, scheduler)
     if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO: every rank's shard, to rank 0
         optimizer.consolidate_state_dict(to=0)
     if comm.rank != 0:
@@ -101,7 +105,8 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     meta = {"step": int(step), "ranks": comm.size, "extra": extra or {},
             "model": _split(model.state_dict(), "model", arrays),
             "optim": _split(optimizer.state_dict(), "optim", arrays),
-            "rng": rng.bit_generator.state if rng is not None else None}
+            "rng": rng.bit_generator.state if rng is not None else None,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None}
     arrays["meta"] = np.array(json.dumps(meta))
     target = checkpoint_path(folder, step)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -120,11 +125,12 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
 
 
 def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
-                    comm: Communicator, *, rng: np.random.Generator | None = None
-                    ) -> Checkpoint | None:
+                    comm: Communicator, *, rng: np.random.Generator | None = None,
+                    scheduler: Any = None) -> Checkpoint | None:
     """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
-    ``rng``) on every rank; None, changing nothing, when there is none."""
-    _check_has_state(optimizer)
+    ``rng``, ``scheduler``: built before, as for the first run) on every rank; None,
+    changing nothing, when there is none."""
+    _check_has_state(optimizer, scheduler)
     newest = latest_checkpoint(folder) if comm.rank == 0 and Path(folder).is_dir() else None
     mine = np.array([int(NAME.fullmatch(newest.name)[1]) if newest else -1], np.int64)
     # communication: rank 0 names the checkpoint every rank loads (-1: none)
@@ -138,20 +144,36 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
             raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
                              f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
                              "afresh in another folder")
+        _check_scheduler(path, meta.get("scheduler"), scheduler)  # before anything changes
         model.load_state_dict(_join(meta["model"], saved))
         optimizer.load_state_dict(_join(meta["optim"], saved))
     if meta["rng"] is not None:
         if rng is None:
             raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
         rng.bit_generator.state = meta["rng"]
+    if scheduler is not None:
+        scheduler.load_state_dict(meta["scheduler"])
     return Checkpoint(meta["step"], meta["extra"], path)
 
 
-def _check_has_state(optimizer: Any) -> None:
-    """Refuse, on every rank, an optimiser that cannot give its state."""
-    if not callable(getattr(optimizer, "state_dict", None)):
-        raise TypeError(f"a checkpoint holds the optimiser's state_dict, but a "
-                        f"{type(optimizer).__name__} has none")
+def _check_has_state(optimizer: Any, scheduler: Any = None) -> None:
+    """Refuse, on every rank, an optimiser (or scheduler) that cannot give its state."""
+    for what, holder in (("optimiser", optimizer), ("scheduler", scheduler)):
+        if (holder is not None or what == "optimiser") and not callable(
+                getattr(holder, "state_dict", None)):
+            raise TypeError(f"a checkpoint holds the {what}'s state_dict, but a "
+                            f"{type(holder).__name__} has none")
+
+
+def _check_scheduler(path: Path, saved: Any, scheduler: Any) -> None:
+    """A schedule's state is restored only into a scheduler, and a scheduler only from one
+    (else its step count would restart at 0 while the optimiser's went on)."""
+    if saved is not None and scheduler is None:
+        raise ValueError(f"{path} holds a learning-rate scheduler's state: pass scheduler= "
+                         "to load it")
+    if saved is None and scheduler is not None:
+        raise ValueError(f"{path} holds no scheduler state (saved without scheduler=): "
+                         "its learning rate cannot be resumed")
 
 
 def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:

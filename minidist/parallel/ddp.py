@@ -14,10 +14,12 @@ training computes exactly what one process with batch P·b would.
 
 The wrapper is Lab 4's answers put together:
 
-1. construction: rank 0's parameters copied to every rank (Task 3, step 1:
-   :func:`~minidist.parallel.replicas.broadcast_parameters`), and the
-   trainable parameters planned into buckets, last first (Task 2:
-   :func:`~minidist.parallel.buckets.plan_buckets`);
+1. construction: the trainable parameters planned into buckets, last first
+   (Task 2: :func:`~minidist.parallel.buckets.plan_buckets`), the ranks
+   agreed on the model and the plan (else the same error on every rank:
+   :func:`~minidist.parallel.replicas.check_same_model`), and rank 0's
+   parameters copied to every rank (Task 3, step 1:
+   :func:`~minidist.parallel.replicas.broadcast_parameters`);
 2. each backward: every bucket packed, summed with one allreduce and
    unpacked as the average (Task 2), so that when ``backward()`` returns each
    ``p.grad`` is its mean over the ranks (Task 1);
@@ -63,7 +65,7 @@ from minidist.comm import ALGORITHMS, Communicator
 from minidist.nn.module import Module
 from minidist.parallel.buckets import MB, Bucket, plan_buckets
 from minidist.parallel.overlap import Reducer
-from minidist.parallel.replicas import broadcast_parameters
+from minidist.parallel.replicas import broadcast_parameters, check_same_model
 from minidist.parallel.timing import TraceRecorder
 from minidist.util.answers import lab_answer
 
@@ -100,11 +102,14 @@ class DataParallel(Module):
             raise ValueError(f"bucket sizes must be >= 0 MB, got bucket_mb={bucket_mb} and "
                              f"first_bucket_mb={first_bucket_mb}")
         self.module, self.comm = module, comm
-        # 1. the same start everywhere: rank 0's parameters, frozen ones too
-        broadcast_parameters(module, comm)
-        # 2. buckets of the trainable parameters, last first (frozen ones never travel)
+        # 1. buckets of the trainable parameters, last first (frozen ones never travel),
+        # the same on every rank, as the model is (or the same error on every rank)
         trainable = [p for p in module.parameters() if p.requires_grad]
         plan = plan_buckets(trainable, bucket_mb * MB, first_bucket_mb * MB)
+        check_same_model(module, comm, "DataParallel", algorithm=algorithm,
+                         **{"bucket plan (bucket_mb, first_bucket_mb)": plan})
+        # 2. the same start everywhere: rank 0's parameters, frozen ones too
+        broadcast_parameters(module, comm)
         # 3. each backward packs, allreduces and unpacks them while it runs (overlap.py)
         self.reducer = Reducer([[trainable[i] for i in group] for group in plan], comm,
                                algorithm, overlap, recorder)

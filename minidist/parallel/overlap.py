@@ -32,7 +32,10 @@ runs the same phases, each as early as it can, with three mechanisms:
 
 End of backward: a callback queued on the autograd engine packs what never
 arrived (unused parameters, sums accumulated under ``no_sync``), waits for
-the thread, reduces the rest and unpacks every bucket.
+the thread, reduces the rest and unpacks every bucket. A backward that raises
+instead (a user's check in a custom ``Function``, caught, the batch skipped)
+never gets there: ``abandon`` drops its step without a message, and the next
+backward starts afresh and averages as usual.
 """
 
 from __future__ import annotations
@@ -119,11 +122,25 @@ class Reducer:
         return out
 
     def begin_step(self) -> None:
-        """First event of a synchronised backward: arrange for ``finish`` at its end."""
+        """First event of a synchronised backward: arrange for ``finish`` at its end
+        (``abandon`` if it raises)."""
         if self.sync and not self._step_open:
-            self._step_open = True
+            # buckets an abandoned step handed to the communication thread finish before
+            # their buffers are packed again (after a finished step, nothing is left)
+            self._queue.join()
+            self._step_open, self._error = True, None
             self._comm_spans = []
-            queue_callback(self.finish)
+            queue_callback(self.finish, on_error=self.abandon)
+
+    def abandon(self) -> None:
+        """Backward raised before its end: drop this step, sending nothing more, so that
+        the next backward packs, reduces and averages afresh. The ranks stay matched
+        when every rank's backward raised at the same point (a check that fails
+        everywhere); a rank that raised alone leaves the others waiting in an
+        allreduce, as any rank that stops does."""
+        self._next_bucket, self._step_open, self._forward_start = 0, False, None
+        for bucket in self.buckets:
+            bucket.packed.clear()
 
     def grad_ready(self, param: Tensor) -> None:
         """A hook: ``param.grad`` is final for this backward."""

@@ -8,11 +8,13 @@ wrapper copies one rank's values to all instead of trusting the seeds.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from minidist import backend
 from minidist.autograd import Tensor
-from minidist.comm import Communicator, broadcast
+from minidist.comm import Communicator, allgather, broadcast
 from minidist.nn.module import Module
 from minidist.util.answers import lab_answer
 
@@ -23,6 +25,8 @@ def broadcast_parameters(module: Module, comm: Communicator, root: int = 0) -> N
 
     One broadcast per dtype of a flat buffer; it first checks that all ranks
     have the same number of values, so different models raise instead of hanging.
+    (Equal counts may still be cut into other shapes: :func:`check_same_model`
+    compares the shapes too, as ``DataParallel`` does before calling this.)
     Cost (binomial tree): ``ceil(log2 P)`` rounds of N bytes.
     """
     by_dtype: dict[np.dtype, list[Tensor]] = {}
@@ -37,3 +41,50 @@ def broadcast_parameters(module: Module, comm: Communicator, root: int = 0) -> N
         for p in params:
             p.data[...] = flat[offset:offset + p.size].reshape(p.shape)
             offset += p.size
+
+
+def check_same_model(module: Module, comm: Communicator, what: str = "DataParallel",
+                     **settings: object) -> None:
+    """Raise the same ``ValueError`` on every rank unless every rank's ``module`` has the
+    same parameters (number, shapes, dtypes), the same trainable ones, and the same
+    ``settings`` (e.g. the bucket plan; compared by their ``repr``).
+
+    Replicas that differ break the collectives that follow: another number of
+    buckets, or buckets of other sizes, leave a rank waiting for a message that
+    never comes, or fail on one rank only; the same values cut into other
+    shapes are broadcast without a word and train another model. A rank
+    cannot see it alone, so each describes its model in a few integers
+    (counts, and crc32 digests of the rest) and one allgather gives every rank
+    every description: all see the same table and name the same first
+    difference. Cost: one allgather of ``5 + len(settings)`` integers per rank.
+    """
+    if comm.size == 1:
+        return
+    params = module.parameters()
+    trainable = [i for i, p in enumerate(params) if p.requires_grad]
+    fields = {"number of parameter tensors": len(params),
+              "number of parameter values": sum(p.size for p in params),
+              "parameter shapes or dtypes": _digest([(tuple(p.shape), np.dtype(p.dtype).str)
+                                                     for p in params]),
+              "trainable parameters (requires_grad)": _digest(trainable),
+              **{name: _digest(value) for name, value in settings.items()},
+              "trainable count": len(trainable)}  # shown, not compared: the digest does it
+    # communication: every rank's description of its model, to every rank
+    table = allgather(np.array(list(fields.values()), np.int64), comm).tolist()
+    for k, name in enumerate(list(fields)[:-1]):
+        differ = [rank for rank, row in enumerate(table) if row[k] != table[0][k]]
+        if not differ:
+            continue
+        if k < 2:
+            shown = ": " + ", ".join(f"rank {r}: {row[k]}" for r, row in enumerate(table))
+        elif k == 3:
+            shown = ": " + ", ".join(f"rank {r}: {row[-1]} of {row[0]} tensors trainable"
+                                     for r, row in enumerate(table))
+        else:
+            shown = ""
+        raise ValueError(f"{what}: every rank must hold the same model and settings, but "
+                         f"rank(s) {differ} differ from rank 0 in their {name}{shown}")
+
+
+def _digest(value: object) -> int:
+    return zlib.crc32(repr(value).encode())
