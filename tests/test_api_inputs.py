@@ -126,3 +126,51 @@ def test_collectives_name_a_tensor_or_a_root_or_peer_of_none():
             md.launch(rootless, 2)
     with pytest.raises(comm.RankError, match=r"recv with rank None, but the communicator"):
         md.launch(lambda c: c.recv(np.empty(1), None), 2)
+
+
+class _Returns(md.autograd.Function):
+    """y = 2a, whose backward returns what the test asks (a wrong shape, a saved array)."""
+
+    @staticmethod
+    def forward(ctx, a, give):
+        ctx.give = give
+        ctx.save_for_backward(np.full(a.shape, 2.0))
+        return 2 * a
+
+    @staticmethod
+    def backward(ctx, grad):
+        (two,) = ctx.saved_tensors
+        return (np.ones((1, 1)) if ctx.give == "wrong shape" else two), None
+
+
+def test_a_custom_backward_of_the_wrong_shape_is_named():
+    """It was kept as .grad (1 x 1 for a 2 x 3 input), or broadcast into an existing one."""
+    a = md.Tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"_Returns.backward returned a gradient of shape "
+                                           r"\(1, 1\) for input 0 of shape \(2, 3\)"):
+        _Returns.apply(a, "wrong shape").sum().backward()
+
+
+def test_a_gradient_a_rule_saved_is_copied_before_a_leaf_keeps_it():
+    """.grad was the rule's own array: the next backward's += changed what it had saved."""
+    a = md.Tensor(np.ones(2), requires_grad=True)
+    for _ in range(2):
+        _Returns.apply(a, "saved").sum().backward()
+    np.testing.assert_array_equal(a.grad, [4.0, 4.0])
+
+
+def test_cross_entropy_is_finite_where_a_class_is_masked_with_minus_infinity():
+    """The one-hot mask multiplied log_softmax's -inf by 0: a NaN loss."""
+    logits = md.Tensor(np.array([[1.0, -np.inf, 0.5], [0.2, 0.1, -np.inf]]), requires_grad=True)
+    loss = md.nn.functional.cross_entropy(logits, np.array([0, 1]))
+    z = np.array([[1.0, 0.5], [0.2, 0.1]])  # the finite logits; the targets' are 1.0 and 0.1
+    expected = np.mean(np.log(np.exp(z).sum(1)) - np.array([1.0, 0.1]))
+    assert loss.item() == pytest.approx(expected)
+    loss.backward()
+    assert np.isfinite(logits.grad).all()
+
+
+def test_gradcheck_passes_integer_inputs_as_they_are():
+    """It cast them to float64, and an index then failed in numpy."""
+    table = md.Tensor(np.random.default_rng(0).normal(size=(5, 3)), requires_grad=True)
+    assert md.autograd.gradcheck(lambda w, ids: w[ids], table, md.Tensor(np.array([4, 0, 4])))

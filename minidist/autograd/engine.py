@@ -89,9 +89,12 @@ def backward(root: Tensor, grad: Any, retain_graph: bool = False) -> None:
 def apply_rule(ctx: Context, grad: Any) -> tuple[Any, ...]:
     """``ctx.fn.backward(ctx, grad)``, checked: a tuple with one gradient per input.
 
-    A rule that returns too few or too many is an error that names it. An
-    input that needed no gradient at forward time gets None; the others get
-    theirs in their own dtype.
+    A rule that returns too few or too many, or a gradient of another shape
+    than its input's, is an error that names it (a wrong shape would otherwise
+    broadcast into ``.grad`` or fail in a later rule). An input that needed no
+    gradient at forward time gets None; the others get theirs in their own dtype,
+    copied if the rule returned an array it saved or an input's data (later
+    passes add into a leaf's ``.grad`` in place).
     """
     input_grads = ctx.fn.backward(ctx, grad)
     if not isinstance(input_grads, tuple):
@@ -102,10 +105,22 @@ def apply_rule(ctx: Context, grad: Any) -> tuple[Any, ...]:
             f"{len(ctx.inputs)} input(s): return one per input of forward (None for an "
             "input that needs no gradient)"
         )
-    return tuple([
-        None if g is None or not needed else g if g.dtype == x.dtype else g.astype(x.dtype)
-        for x, g, needed in zip(ctx.inputs, input_grads, ctx.needs_input_grad, strict=True)
-    ])
+    checked = []
+    for i, (x, g, needed) in enumerate(zip(ctx.inputs, input_grads, ctx.needs_input_grad,
+                                           strict=True)):
+        if g is None or not needed:
+            checked.append(None)
+            continue
+        if getattr(g, "shape", None) != x.shape:
+            got = g.shape if hasattr(g, "shape") else type(g).__name__
+            raise RuntimeError(f"{ctx.fn.__name__}.backward returned a gradient of shape {got} "
+                               f"for input {i} of shape {x.shape}: return an array of each "
+                               "input's shape (unbroadcast what was broadcast)")
+        if any(g is held for held in ctx.saved_tensors) or any(
+                g is getattr(y, "data", None) for y in ctx.inputs):
+            g = g.copy()  # a rule's saved array or an input's data: a leaf adds into .grad
+        checked.append(g if g.dtype == x.dtype else g.astype(x.dtype))
+    return tuple(checked)
 
 
 def accumulate_grad(leaf: Tensor, grad: Any, kept: set[int]) -> None:

@@ -20,11 +20,12 @@ from minidist.backend import to_numpy
 def gradcheck(fn: Callable[..., Tensor], *inputs: Tensor, eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-4, seed: int = 0) -> bool:
     """True when ``fn``'s backward matches central differences; AssertionError naming
-    the input and element otherwise. Inputs are copied to float64 first."""
+    the input and element otherwise. Floating-point inputs are copied to float64 first;
+    the others (integer ids, masks) are passed as they are."""
     inputs64 = [
         # C order: the nudges below go through a flat view of each input
         Tensor(x.numpy().astype(np.float64, order="C"), requires_grad=x.requires_grad)
-        if isinstance(x, Tensor) else x
+        if isinstance(x, Tensor) and x.dtype.kind == "f" else x
         for x in inputs
     ]
     out = fn(*inputs64)

@@ -55,8 +55,8 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     return x.log_softmax(axis=axis)
 
 
-def one_hot(targets, num_classes: int, dtype):
-    """Backend array (n x num_classes) with a 1 at each target's class id."""
+def class_ids(targets, num_classes: int):
+    """``targets`` as a backend array of class ids, checked: 1-D integers in [0, C)."""
     xp = backend.xp()
     targets = xp.asarray(targets)
     if targets.ndim != 1:
@@ -67,9 +67,7 @@ def one_hot(targets, num_classes: int, dtype):
     if targets.size and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
         raise ValueError(f"targets must lie in [0, {num_classes}), "
                          f"got min {int(targets.min())}, max {int(targets.max())}")
-    encoded = xp.zeros((targets.shape[0], num_classes), dtype=dtype)
-    encoded[xp.arange(targets.shape[0]), targets] = 1
-    return encoded
+    return targets
 
 
 def _reduce(per_example: Tensor, reduction: str) -> Tensor:
@@ -85,19 +83,20 @@ def _reduce(per_example: Tensor, reduction: str) -> Tensor:
 def cross_entropy(logits: Tensor, targets, reduction: str = "mean") -> Tensor:
     """Cross-entropy between ``logits`` (n x C) and integer class ids ``targets`` (n,).
 
-    loss_i = -sum_c onehot(y_i)[c] * log_softmax(z_i)[c]; the one-hot mask
-    picks the log-probability of the true class. Its gradient with respect
-    to the logits is softmax(z_i) - onehot(y_i) (divided by n for "mean").
-    Cost: O(n * C).
+    loss_i = -log_softmax(z_i)[y_i], the log-probability of the true class,
+    picked by indexing (a one-hot mask would multiply a logit of -inf, a masked
+    class, by 0: NaN). Its gradient with respect to the logits is
+    softmax(z_i) - onehot(y_i) (divided by n for "mean"). Cost: O(n * C).
     """
     if logits.ndim != 2:
         raise ValueError(f"logits must be (batch, classes), got shape {logits.shape}")
     if isinstance(targets, Tensor):
         targets = targets.data
-    mask = one_hot(targets, logits.shape[1], logits.dtype)
-    if mask.shape[0] != logits.shape[0]:
-        raise ValueError(f"{logits.shape[0]} rows of logits but {mask.shape[0]} targets")
-    per_example = -(logits.log_softmax(axis=-1) * mask).sum(axis=-1)
+    targets = class_ids(targets, logits.shape[1])
+    if targets.shape[0] != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} rows of logits but {targets.shape[0]} targets")
+    rows = backend.xp().arange(targets.shape[0])
+    per_example = -logits.log_softmax(axis=-1)[rows, targets]
     return _reduce(per_example, reduction)
 
 
