@@ -20,6 +20,10 @@ thing, so each calls :func:`stop_process_tree`:
 A root is a ``subprocess.Popen`` or a ``multiprocessing.Process``, and is
 waited for through that object, so its ``returncode``/``exitcode`` stays right.
 
+An MPI job's ranks may outlive their parents by an instant, as orphans:
+:func:`adopting_orphans` makes this process their parent while a job runs,
+and reaps that job's own (never another's running beside it).
+
 Whoever stops processes in a ``finally`` clause runs them inside
 :func:`terminated_like_interrupted`: SIGTERM (what ``timeout``, Slurm and
 Kubernetes send) then ends this process as Ctrl-C does, by an exception, so
@@ -28,6 +32,7 @@ that the clause runs; by default it would end at once, and leave them running.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -176,3 +181,55 @@ def terminated_like_interrupted() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+
+
+# --- orphans: an MPI job's ranks outlive their parents by an instant -------------------------
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_subreaper_users, _subreaper_lock = 0, threading.Lock()
+_running_jobs: list[set[int]] = []  # the processes each job running now knows (its mpiexec)
+
+
+def _set_subreaper(on: bool) -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on),
+                                                       0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux: init reaps orphans
+        return False
+
+
+@contextmanager
+def adopting_orphans(mark: str) -> Iterator[set[int]]:
+    """Inside, orphans of the processes this one starts become its children (Linux's
+    child subreaper); on the way out it reaps those of the job whose processes carry
+    ``mark`` (NAME=VALUE in their environment): the children it did not have before,
+    nor any job running beside it adds to its yielded set (a Popen reaps its own), in a
+    session other than its own (as are all of an MPI job's), dead already (zombies) or
+    marked. Another job's, or a process the caller started in a session of its own,
+    are left alone (once, a job that ended first killed the mpiexec of one beside it)."""
+    global _subreaper_users
+    me, (name, _, value) = psutil.Process(), mark.partition("=")
+    known = {child.pid for child in me.children()}
+    with _subreaper_lock:
+        _subreaper_users += 1
+        adopting = _set_subreaper(True)
+        _running_jobs.append(known)
+    try:
+        yield known
+    finally:
+        with _subreaper_lock:
+            _running_jobs.remove(known)
+            others = set().union(*_running_jobs)
+        for child in me.children() if adopting else []:
+            with suppress(psutil.Error, ProcessLookupError, ChildProcessError, PermissionError):
+                if child.pid in known or child.pid in others or \
+                        os.getsid(child.pid) == os.getsid(0):
+                    continue
+                if child.status() == psutil.STATUS_ZOMBIE or \
+                        child.environ().get(name) == value:
+                    os.kill(child.pid, signal.SIGKILL)  # stopped with the job already
+                    os.waitpid(child.pid, 0)
+        with _subreaper_lock:
+            _subreaper_users -= 1
+            if _subreaper_users == 0:
+                _set_subreaper(False)

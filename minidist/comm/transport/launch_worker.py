@@ -56,8 +56,10 @@ def _error_record(err: BaseException, text: str) -> bytes:
     record = {"ok": False, "summary": f"{type(err).__name__}: {err}", "traceback": text,
               "error": err, "time": time.time()}
     try:
-        return cloudpickle.dumps(record)
-    except Exception:  # an exception that cannot be pickled still reports its text
+        data = cloudpickle.dumps(record)
+        cloudpickle.loads(data)  # a class whose __init__ wants other arguments fails here
+        return data
+    except Exception:  # an exception that cannot travel still reports its text and rank
         return cloudpickle.dumps({**record, "error": None})
 
 

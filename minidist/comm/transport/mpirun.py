@@ -37,18 +37,19 @@ stated time, with one line naming the rank, and leaves no process:
    instant and, an orphan, waits (a zombie) until init reaps it, which can
    take a second. On Linux this process therefore adopts the job's orphans
    while it runs (a *child subreaper*, ``prctl(PR_SET_CHILD_SUBREAPER)``) and
-   reaps them itself (:func:`_adopting_orphans`).
+   reaps them itself (``util.processes.adopting_orphans``).
 
 So a job ends at most ``DEATH_GRACE + KILL_GRACE`` seconds after a rank
 dies; hydra usually ends it within a few hundredths of a second (README,
 "When a rank dies"). The command exits with 128 + the signal's number (137
-for SIGKILL) after a rank's death, else with mpiexec's status.
+for SIGKILL) after a rank's death, 141 (SIGPIPE's) when its own output was
+closed (``| head``: the job is stopped, as a pipe's writer would be), else
+with mpiexec's status.
 """
 
 from __future__ import annotations
 
 import codecs
-import ctypes
 import itertools
 import math
 import os
@@ -58,15 +59,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from minidist.util.mpiexec import mpiexec_command, rank_environment
-from minidist.util.processes import KILL_GRACE, stop_process_tree, terminated_like_interrupted
+from minidist.util.processes import (
+    KILL_GRACE,
+    adopting_orphans,
+    stop_process_tree,
+    terminated_like_interrupted,
+)
 from minidist.util.shm import remove_left_segments
 
 DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
@@ -151,7 +154,7 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
     ``grace`` seconds, or ``timeout`` seconds have passed; then stop all of it."""
     job_id = f"{os.getpid()}-{next(_jobs)}"  # 3. every process of this job carries it
     started = time.time()
-    with terminated_like_interrupted(), _adopting_orphans() as known:
+    with terminated_like_interrupted(), adopting_orphans(f"{JOB_MARK}={job_id}") as known:
         try:
             job = subprocess.Popen(command, env={**env, JOB_MARK: job_id},
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -167,9 +170,12 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
     failed: list[float] = []  # when a guard said its rank was killed or exited with an error
     tail: list[str] = []
     news = threading.Event()  # the job ended, or a guard reported a death
-    helpers = [threading.Thread(target=_relay, args=(job.stdout, sys.stdout, None, None, news)),
+    closed = threading.Event()  # our own output was closed (a pipe into `head`)
+    helpers = [threading.Thread(target=_relay,
+                                args=(job.stdout, sys.stdout, None, None, news, closed)),
                threading.Thread(target=_relay,
-                                args=(job.stderr, sys.stderr, tail, (deaths, failed), news)),
+                                args=(job.stderr, sys.stderr, tail, (deaths, failed), news,
+                                      closed)),
                threading.Thread(target=lambda: (job.wait(), news.set()))]
     for helper in helpers:
         helper.daemon = True
@@ -179,7 +185,7 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
     try:
         while True:
             news.clear()
-            if job.poll() is not None:
+            if job.poll() is not None or closed.is_set():
                 break
             limit = min(deadline, failed[0] + grace) if failed else deadline
             if time.monotonic() >= limit:
@@ -191,57 +197,28 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
         ended = time.monotonic()
         for helper in helpers:
             helper.join(KILL_GRACE)
-    return JobEnd(job.returncode if not timed_out else None, deaths, timed_out, ended, tail)
-
-
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-_subreaper_users, _subreaper_lock = 0, threading.Lock()
-
-
-def _set_subreaper(on: bool) -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on),
-                                                       0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux: init reaps orphans
-        return False
-
-
-@contextmanager
-def _adopting_orphans() -> Iterator[set[int]]:
-    """Inside, orphans of the processes this one starts become its children (Linux's
-    child subreaper); on the way out it reaps them: the children it did not have before,
-    nor adds to the yielded set (a Popen reaps its own), in a session other than its own
-    (as are all of an MPI job's)."""
-    global _subreaper_users
-    me = psutil.Process()
-    known = {child.pid for child in me.children()}
-    with _subreaper_lock:
-        _subreaper_users += 1
-        adopting = _set_subreaper(True)
-    try:
-        yield known
-    finally:
-        for child in me.children() if adopting else []:
-            with suppress(ProcessLookupError, ChildProcessError, PermissionError):
-                if child.pid not in known and os.getsid(child.pid) != os.getsid(0):
-                    os.kill(child.pid, signal.SIGKILL)  # stopped with the job already
-                    os.waitpid(child.pid, 0)
-        with _subreaper_lock:
-            _subreaper_users -= 1
-            if _subreaper_users == 0:
-                _set_subreaper(False)
+    returncode = -signal.SIGPIPE if closed.is_set() else job.returncode
+    return JobEnd(returncode if not timed_out else None, deaths, timed_out, ended, tail)
 
 
 def _relay(pipe: Any, stream: Any, tail: list[str] | None,
-           ends: tuple[list[Death], list[float]] | None, news: threading.Event) -> None:
+           ends: tuple[list[Death], list[float]] | None, news: threading.Event,
+           closed: threading.Event) -> None:
     """Copy ``pipe`` to ``stream`` as it comes (progress bars included); keep the last
     lines in ``tail``; note each guard's death line in ``ends[0]``, and when any guard
-    said its rank was killed or exited with an error in ``ends[1]``."""
+    said its rank was killed or exited with an error in ``ends[1]``. If ``stream`` was
+    closed (``| head``), set ``closed`` and go on reading, so no rank blocks on a write:
+    the job is then stopped, as a pipe's writer is by SIGPIPE."""
     decoder, line = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
     for chunk in iter(lambda: pipe.read1(1 << 16), b""):
         text = decoder.decode(chunk)
-        stream.write(text)
-        stream.flush()
+        if not closed.is_set():
+            try:
+                stream.write(text)
+                stream.flush()
+            except (BrokenPipeError, ValueError):  # ValueError: a closed file object
+                closed.set()
+                news.set()
         *complete, line = (line + text).split("\n")
         for finished in complete:
             if tail is not None:
@@ -268,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[2:]
     grace = options.get("--grace", str(DEATH_GRACE))
     if ("-n" not in options or not argv or not options["-n"].isdigit()
-            or not grace.replace(".", "", 1).isdigit()):
+            or int(options["-n"]) < 1 or not grace.replace(".", "", 1).isdigit()):
         print("usage: minidist mpirun -n RANKS [-f HOSTFILE] "
               "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
         return 2
@@ -283,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mpirun: {first}; the job ended {end.ended - first.seen:.2f} s later",
               file=sys.stderr)
         return 128 + first.signal
+    if end.returncode == -signal.SIGPIPE:  # our output closed: nothing more can be said
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if end.returncode is not None and end.returncode < 0:  # mpiexec stopped here, by a signal
         return 128 - end.returncode
     return end.returncode or 0

@@ -1,0 +1,97 @@
+"""MPI jobs at their edges, as an engineer's own scripts meet them: two launches side by
+side, output piped into ``head``, an exception that cannot be rebuilt, ``-n 0``,
+``python -m minidist``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import minidist.comm as comm
+from minidist.comm import RankError
+from minidist.comm.transport.mpirun import main as mpirun_main
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+needs_mpi = [pytest.mark.mpi,
+             pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")]
+
+
+def sleeps(c, seconds):
+    time.sleep(seconds)
+    return c.rank
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_two_launches_side_by_side_both_finish(_):
+    """The first to end reaped every new child in another session: the other's mpiexec
+    too, whose job then ended without a result (mpiexec's exit status -9)."""
+    results = {}
+
+    def run(seconds):
+        results[seconds] = comm.launch(sleeps, 2, args=(seconds,), backend="mpi", timeout=90)
+
+    threads = [threading.Thread(target=run, args=(seconds,)) for seconds in (1.0, 4.0)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.5)
+    for thread in threads:
+        thread.join()
+    assert results == {1.0: [0, 1], 4.0: [0, 1]}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_a_job_whose_output_is_closed_stops_with_sigpipes_status(tmp_path, _):
+    """`minidist mpirun ... | head -1` hung: the relay thread died of a broken pipe and
+    the ranks blocked writing into a pipe nobody read."""
+    script = tmp_path / "talks.py"
+    script.write_text("import time\nfor i in range(10**7):\n    print('line', i, 'x' * 60)\n")
+    job = subprocess.Popen([sys.executable, "-m", "minidist", "mpirun", "-n", "2", str(script)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job.stdout.readline()
+    job.stdout.close()  # as head does, once it has its line
+    try:
+        assert job.wait(timeout=60) == 128 + 13
+    finally:
+        job.kill()
+        job.wait()
+    assert b"Traceback" not in job.stderr.read()
+
+
+class NeedsTwo(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+def raises_needs_two(c):
+    if c.rank == 1:
+        raise NeedsTwo(1, 2)
+    return c.rank
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_an_exception_that_cannot_be_rebuilt_still_names_its_rank(_):
+    """Unpickling it in the caller raised a bare TypeError (__init__ missing 'b')."""
+    with pytest.raises(RankError, match=r"rank 1 raised NeedsTwo: 1/2") as info:
+        comm.launch(raises_needs_two, 2, backend="mpi", timeout=90)
+    assert "in raises_needs_two" in info.value.traceback_text
+
+
+def test_no_ranks_is_a_usage_error(capsys):
+    """-n 0 passed the digits check and ended in mpiexec_command's traceback."""
+    for ranks in ("0", "00"):
+        assert mpirun_main(["-n", ranks, "-c", "pass"]) == 2
+        assert "usage: minidist mpirun -n RANKS" in capsys.readouterr().err
+
+
+def test_python_dash_m_minidist_is_the_minidist_command():
+    done = subprocess.run([sys.executable, "-m", "minidist", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "minidist mpirun -n P PROGRAM" in done.stdout
