@@ -9,10 +9,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections import namedtuple
 from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from sigterm import survivors_of_sigterm
 from test_glove import random_cooccurrence
@@ -176,3 +179,73 @@ def test_reports_of_short_epochs_are_counted_per_epoch(created_blocks):
     run = glove.train_hogwild(start, records, workers=3, epochs=6, batch_size=512, timeout=100)
     assert len(run.costs) == 6 and all(np.isfinite(run.costs))
     assert_cleaned_up(created_blocks)
+
+
+shutil_usage = namedtuple("shutil_usage", "total used free")
+
+
+def test_arrays_of_objects_and_blocks_dev_shm_has_no_room_for_are_refused(monkeypatch):
+    """Objects: the workers read the parent's pointers and died of SIGSEGV. Too big: the
+    copy into the block killed the parent with SIGBUS, without a word."""
+    with pytest.raises(TypeError, match="shared array 'o' holds Python objects"):
+        hogwild.SharedArrays.create({"o": np.array([object()], dtype=object)})
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm here")
+    monkeypatch.setattr(hogwild.shutil, "disk_usage",
+                        lambda path: shutil_usage(total=1 << 30, used=0, free=1 << 20))
+    with pytest.raises(MemoryError, match=r"need 8\.0 MiB but /dev/shm has 1\.0 MiB free"):
+        hogwild.SharedArrays.create({"w": np.zeros(1 << 20)})
+
+
+def test_an_array_held_after_close_stays_readable():
+    """close() unmapped the block under it: reading it crashed the interpreter."""
+    shared = hogwild.SharedArrays.create({"a": np.arange(4.0)})
+    name = shared.spec()["a"][0]
+    held = shared["a"][1:]
+    shared.close()
+    assert held.sum() == 6.0
+    with pytest.raises(FileNotFoundError):
+        shared_memory.SharedMemory(name=name)  # its name is gone all the same
+
+
+def reports_once_then_returns(shared, rank, workers, sync):
+    for epoch in range(1 if rank == 1 else 3):
+        sync.begin(epoch)
+        sync.report(epoch, 0.0)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_returns_before_its_last_epoch_is_named_at_once(created_blocks):
+    """Only the timeout (300 s by default) caught it, with a message naming no worker."""
+    with pytest.raises(RuntimeError, match="hogwild worker 1 returned after reporting 1 of 3"):
+        hogwild.run_hogwild(reports_once_then_returns, {"w": np.zeros(4)}, 2, 3, ["w"],
+                            timeout=50)
+    assert_cleaned_up(created_blocks)
+
+
+@pytest.mark.timeout(90)
+def test_workers_end_with_a_parent_killed_outright(tmp_path):
+    """Killed with SIGKILL (the OOM killer), the parent stops no one: its workers ran on
+    for their whole run, ignoring its timeout."""
+    script = tmp_path / "caller.py"
+    script.write_text(HANGING_WORKER)
+    caller = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    files = [tmp_path / f"worker{r}" for r in range(2)]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(f.exists() and f.read_text() for f in files):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.1)
+        pids = [int(f.read_text()) for f in files]
+        caller.kill()
+        caller.wait()
+        deadline = time.monotonic() + 10
+        while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                  for p in pids):
+            assert time.monotonic() < deadline, "a worker outlived its killed parent"
+            time.sleep(0.1)
+    finally:
+        for name in files:
+            if name.exists() and name.read_text():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(name.read_text()), signal.SIGKILL)

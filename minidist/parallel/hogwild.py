@@ -26,15 +26,22 @@ Cleanup: whatever happens (a worker's exception or death, a timeout,
 Ctrl-C), the parent ends its workers (terminate, then kill) and unlinks
 every shared block in a ``finally``; it checks every fraction of a second
 that its workers are alive, so a crash is reported at once, with the
-worker's traceback. Workers start with "spawn" (a fresh interpreter that
+worker's traceback, and so is a worker that returned before reporting every
+epoch. A worker dies with its parent (Linux: ``PR_SET_PDEATHSIG``), so a
+parent killed outright leaves none running. Workers start with "spawn" (a fresh interpreter that
 imports ``target`` by its module's name): a script that calls
 ``run_hogwild`` must guard its main code with ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
 import queue
+import shutil
+import signal
+import sys
 import threading
 import time
 import traceback
@@ -59,7 +66,19 @@ class SharedArrays:
 
     @classmethod
     def create(cls, arrays: dict[str, np.ndarray]) -> SharedArrays:
-        """Copy ``arrays`` into new blocks; the creator unlinks them in ``close``."""
+        """Copy ``arrays`` into new blocks; the creator unlinks them in ``close``. Arrays
+        of Python objects are refused (their pointers mean nothing in another process),
+        and so are blocks /dev/shm has no room for (a write there would kill this
+        process with SIGBUS)."""
+        for name, array in arrays.items():
+            if array.dtype.hasobject:
+                raise TypeError(f"shared array {name!r} holds Python objects "
+                                f"({array.dtype}): only plain numbers can be shared")
+        needed = sum(max(array.nbytes, 1) for array in arrays.values())
+        if os.path.isdir("/dev/shm") and needed > shutil.disk_usage("/dev/shm").free:
+            raise MemoryError(f"the shared arrays need {needed / 2**20:.1f} MiB but /dev/shm "
+                              f"has {shutil.disk_usage('/dev/shm').free / 2**20:.1f} MiB free "
+                              "(a container's is 64 MiB unless started with --shm-size)")
         blocks: dict[str, tuple[shared_memory.SharedMemory, tuple, str]] = {}
         try:
             for name, array in arrays.items():
@@ -86,20 +105,28 @@ class SharedArrays:
         return self.arrays[name]
 
     def close(self) -> None:
-        """Drop this process's mapping; the creator also removes the blocks."""
-        self.arrays.clear()  # no view may outlive the mapping it points into
-        for block, _, _ in self.blocks.values():
-            block.close()
+        """Drop this process's mapping; the creator also removes the blocks. A block
+        whose array is still held elsewhere (``a = shared["w"]``) keeps its mapping until
+        this process ends (unmapped, reading ``a`` would crash the interpreter); its name
+        goes all the same."""
+        for name, (block, _, _) in self.blocks.items():
+            if sys.getrefcount(self.arrays.pop(name)) > 1:  # (getrefcount's own argument)
+                _still_mapped.append(block)
+            else:
+                block.close()
             if self.owner:
                 block.unlink()
         self.blocks.clear()
 
 
+_still_mapped: list[shared_memory.SharedMemory] = []  # blocks whose arrays outlived close()
+
+
 class EpochSync:
     """A worker's link to the others and to the parent: start epochs together, report them."""
 
-    def __init__(self, barrier: Any, reports: Any) -> None:
-        self.barrier, self.reports, self.started = barrier, reports, 0.0
+    def __init__(self, barrier: Any, reports: Any, rank: int = 0) -> None:
+        self.barrier, self.reports, self.rank, self.started = barrier, reports, rank, 0.0
 
     def begin(self, epoch: int) -> None:
         """Wait until every worker is ready for ``epoch``."""
@@ -108,7 +135,7 @@ class EpochSync:
 
     def report(self, epoch: int, value: float) -> None:
         """Tell the parent this worker finished ``epoch``, with its share ``value``."""
-        self.reports.put(("epoch", epoch, value, self.started, time.monotonic()))
+        self.reports.put(("epoch", epoch, value, self.started, time.monotonic(), self.rank))
 
 
 @dataclass
@@ -124,9 +151,10 @@ class HogwildRun:
 def _worker(target: Callable[..., None], rank: int, workers: int, spec: dict, barrier: Any,
             reports: Any, args: tuple) -> None:
     """A worker process: attach the shared arrays, run ``target``, report a failure."""
+    _die_with_parent()
     shared = SharedArrays.attach(spec)
     try:
-        target(shared, rank, workers, EpochSync(barrier, reports), *args)
+        target(shared, rank, workers, EpochSync(barrier, reports, rank), *args)
     except threading.BrokenBarrierError:
         pass  # another worker failed: the parent reports it
     except BaseException:
@@ -134,6 +162,18 @@ def _worker(target: Callable[..., None], rank: int, workers: int, spec: dict, ba
         barrier.abort()
     finally:
         shared.close()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when its parent dies (killed outright, it can stop no
+    one), and go at once if the parent is already gone."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the barrier's timeout ends it
+        return
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: int,
@@ -171,10 +211,13 @@ def _run(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: in
             process.start()
         run = HogwildRun()
         arrived: dict[int, list[tuple]] = {}  # a fast worker's next epoch may report first
+        reported = [0] * workers  # epochs each worker has reported
         for epoch in range(epochs):
             while len(arrived.get(epoch, ())) < workers:
-                report = _next_report(reports, processes, started + timeout)
+                report = _next_report(reports, processes, started + timeout, reported, epochs,
+                                      epoch)
                 arrived.setdefault(report[1], []).append(report)
+                reported[report[5]] += 1
             shares = arrived.pop(epoch)
             begin, end = min(r[3] for r in shares), max(r[4] for r in shares)
             if epoch == 0:
@@ -193,18 +236,28 @@ def _run(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: in
             shared.close()
 
 
-def _next_report(reports: Any, processes: list[Any], deadline: float) -> tuple:
-    """The next worker report; raise if a worker failed, died, or time ran out."""
+def _next_report(reports: Any, processes: list[Any], deadline: float, reported: list[int],
+                 epochs: int, epoch: int) -> tuple:
+    """The next worker report; raise if a worker failed, died, returned before reporting
+    every epoch, or time ran out (naming the workers behind)."""
     while True:
         if time.monotonic() > deadline:
-            raise TimeoutError("hogwild training ran past its timeout")
+            behind = [rank for rank, count in enumerate(reported) if count <= epoch]
+            raise TimeoutError(f"hogwild training ran past its timeout: workers {behind} "
+                               f"had not reported epoch {epoch}")
         try:
             report = reports.get(timeout=0.1)
         except queue.Empty:
             failed = [p for p in processes if p.exitcode not in (None, 0)]
-            if failed or all(p.exitcode == 0 for p in processes):  # 0: its reports are in
+            if failed:
                 codes = {p.name: p.exitcode for p in processes}
                 raise RuntimeError(f"a hogwild worker died (exit codes {codes})") from None
+            quit_early = [rank for rank, p in enumerate(processes)  # 0: its reports are in
+                          if p.exitcode == 0 and reported[rank] < epochs and reports.empty()]
+            if quit_early:
+                raise RuntimeError(f"hogwild worker {quit_early[0]} returned after reporting "
+                                   f"{reported[quit_early[0]]} of {epochs} epochs: call "
+                                   "sync.report once an epoch") from None
             continue
         if report[0] == "error":
             raise RuntimeError(f"hogwild worker {report[1]} failed:\n{report[2]}")
