@@ -30,5 +30,6 @@ def run_mpi_command(command: list[str], ranks: int,
         out, err = job.communicate(timeout=timeout)
     finally:
         stop_process_tree(job)
-        remove_left_segments(started)  # a job whose rank was killed leaves MPICH's behind
+        remove_left_segments(started, wait=2.0)  # a killed rank leaves MPICH's; an aborted
+        # one may outlive mpiexec by a moment, still mapping it
     return subprocess.CompletedProcess(command, job.returncode, out, err)
