@@ -35,7 +35,6 @@ imports ``target`` by its module's name): a script that calls
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
 import queue
@@ -52,7 +51,12 @@ from typing import Any
 
 import numpy as np
 
-from minidist.util.processes import stop_process_tree, terminated_like_interrupted
+from minidist.util.processes import (
+    PR_SET_PDEATHSIG,
+    prctl,
+    stop_process_tree,
+    terminated_like_interrupted,
+)
 
 
 class SharedArrays:
@@ -168,12 +172,8 @@ def _die_with_parent() -> None:
     """Linux: SIGKILL this worker when its parent dies (killed outright, it can stop no
     one), and go at once if the parent is already gone."""
     parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the barrier's timeout ends it
-        return
-    if os.getppid() != parent:
-        os._exit(1)
+    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL) and os.getppid() != parent:
+        os._exit(1)  # (elsewhere the barrier's timeout ends it)
 
 
 def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: int,

@@ -185,17 +185,22 @@ def terminated_like_interrupted() -> Iterator[None]:
 
 # --- orphans: an MPI job's ranks outlive their parents by an instant -------------------------
 
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36  # linux/prctl.h
 _subreaper_users, _subreaper_lock = 0, threading.Lock()
 _running_jobs: list[set[int]] = []  # the processes each job running now knows (its mpiexec)
 
 
-def _set_subreaper(on: bool) -> bool:
+def prctl(option: int, value: int) -> bool:
+    """Linux's ``prctl(option, value)`` for this process; False where it cannot be
+    (another system, or the call failed)."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on),
-                                                       0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux: init reaps orphans
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
         return False
+
+
+def _set_subreaper(on: bool) -> bool:
+    return prctl(PR_SET_CHILD_SUBREAPER, int(on))  # elsewhere init reaps orphans
 
 
 @contextmanager
