@@ -54,9 +54,8 @@ def check_same_model(module: Module, comm: Communicator, what: str = "DataParall
     never comes, or fail on one rank only; the same values cut into other
     shapes are broadcast without a word and train another model. A rank
     cannot see it alone, so each describes its model in a few integers
-    (counts, and crc32 digests of the rest) and one allgather gives every rank
-    every description: all see the same table and name the same first
-    difference. Cost: one allgather of ``5 + len(settings)`` integers per rank.
+    (:func:`compare_descriptions`). Cost: one allgather of ``4 + len(settings)``
+    integers per rank.
     """
     if comm.size == 1:
         return
@@ -64,27 +63,46 @@ def check_same_model(module: Module, comm: Communicator, what: str = "DataParall
     trainable = [i for i, p in enumerate(params) if p.requires_grad]
     fields = {"number of parameter tensors": len(params),
               "number of parameter values": sum(p.size for p in params),
-              "parameter shapes or dtypes": _digest([(tuple(p.shape), np.dtype(p.dtype).str)
-                                                     for p in params]),
-              "trainable parameters (requires_grad)": _digest(trainable),
-              **{name: _digest(value) for name, value in settings.items()},
-              "trainable count": len(trainable)}  # shown, not compared: the digest does it
-    # communication: every rank's description of its model, to every rank
+              "parameter shapes or dtypes": digest([(tuple(p.shape), np.dtype(p.dtype).str)
+                                                    for p in params]),
+              "trainable parameters (requires_grad)": digest(trainable),
+              **{name: digest(value) for name, value in settings.items()}}
+    # the trainable count last, to show: its digest above differs first
+    table, name, differ = compare_descriptions(comm, {**fields, "trainable": len(trainable)})
+    if name is None:
+        return
+    column = list(fields).index(name)
+    if column < 2:
+        shown = ": " + ", ".join(f"rank {r}: {row[column]}" for r, row in enumerate(table))
+    elif column == 3:
+        shown = ": " + ", ".join(f"rank {r}: {row[-1]} of {row[0]} tensors trainable"
+                                 for r, row in enumerate(table))
+    else:
+        shown = ""
+    raise ValueError(f"{what}: every rank must hold the same model and settings, but "
+                     f"rank(s) {differ} differ from rank 0 in their {name}{shown}")
+
+
+def compare_descriptions(comm: Communicator, fields: dict[str, int]
+                         ) -> tuple[list[list[int]], str | None, list[int]]:
+    """Every rank's ``fields`` (a few integers describing what it holds: counts, and
+    :func:`digest` of the rest) gathered to every rank, with the first field in which
+    some rank differs from rank 0 and those ranks (``None`` and ``[]`` when all agree).
+
+    A rank cannot see alone that its peers hold something else; after one
+    allgather every rank holds the same table, so every rank finds the same
+    first difference and can raise the same error, and none is left waiting
+    for a message that never comes.
+    """
+    # communication: every rank's description, to every rank
     table = allgather(np.array(list(fields.values()), np.int64), comm).tolist()
-    for k, name in enumerate(list(fields)[:-1]):
-        differ = [rank for rank, row in enumerate(table) if row[k] != table[0][k]]
-        if not differ:
-            continue
-        if k < 2:
-            shown = ": " + ", ".join(f"rank {r}: {row[k]}" for r, row in enumerate(table))
-        elif k == 3:
-            shown = ": " + ", ".join(f"rank {r}: {row[-1]} of {row[0]} tensors trainable"
-                                     for r, row in enumerate(table))
-        else:
-            shown = ""
-        raise ValueError(f"{what}: every rank must hold the same model and settings, but "
-                         f"rank(s) {differ} differ from rank 0 in their {name}{shown}")
+    for column, name in enumerate(fields):
+        differ = [rank for rank, row in enumerate(table) if row[column] != table[0][column]]
+        if differ:
+            return table, name, differ
+    return table, None, []
 
 
-def _digest(value: object) -> int:
+def digest(value: object) -> int:
+    """A crc32 of ``repr(value)``: an integer that differs when ``value`` does."""
     return zlib.crc32(repr(value).encode())

@@ -75,7 +75,6 @@ parameters sharded too and gathered layer by layer in forward and backward.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -86,6 +85,7 @@ from minidist.backend import xp_of
 from minidist.comm import Communicator, allgather, broadcast, chunk_bounds, reduce_scatter
 from minidist.nn import Parameter
 from minidist.optim import SGD, AdaGrad, Adam, Optimizer
+from minidist.parallel.replicas import compare_descriptions, digest
 from minidist.parallel.zero_checkpoint import load_whole_state, whole_state
 from minidist.util.answers import lab_answer
 
@@ -204,44 +204,36 @@ class ShardedOptimizer:
             self.flat[start:stop] = row[:stop - start]
 
 
-FIELDS = ("tensors", "values", "dtype", "shapes", "stage", "optimizer")
-
-
 def agree(comm: Communicator, params: list[Tensor], stage: Any, optimizer: str) -> None:
     """Raise the same error on every rank unless every rank passes the same number, shapes
-    and dtype of parameters, the same optimiser and a stage of ``STAGES``.
-
-    Each rank describes its call in a few integers (``FIELDS``) and one
-    allgather (after the collectives' own agreement check on its length) gives
-    every rank every description: all ranks see the same table, so all raise
-    the same error, and none waits for a message that never comes.
+    and dtype of parameters, the same optimiser and a stage of ``STAGES``: each rank
+    describes its call in a few integers, compared by one allgather
+    (:func:`~minidist.parallel.replicas.compare_descriptions`).
     """
     dtypes = {np.dtype(p.dtype) for p in params}
-    mine = np.array([len(params), sum(p.size for p in params),
-                     ord(dtypes.pop().char) if len(dtypes) == 1 else 0,
-                     zlib.crc32(repr([tuple(p.shape) for p in params]).encode()),
-                     stage if stage in STAGES else 0, zlib.crc32(optimizer.encode())], np.int64)
-    # communication: every rank's description of its call, to every rank
-    table = allgather(mine, comm)
+    table, field, differ = compare_descriptions(comm, {
+        "tensors": len(params), "values": sum(p.size for p in params),
+        "dtype": ord(dtypes.pop().char) if len(dtypes) == 1 else 0,
+        "shapes": digest([tuple(p.shape) for p in params]),
+        "stage": stage if stage in STAGES else 0, "optimizer": digest(optimizer)})
     bad = [rank for rank, row in enumerate(table) if row[4] == 0]
     if bad:
         raise ValueError(f"ZeRO stage must be one of {STAGES}; rank(s) {bad} passed another "
                          f"(this rank: {stage!r})")
-    for field, column in zip(FIELDS, table.T, strict=True):
-        differ = [rank for rank, value in enumerate(column) if value != column[0]]
-        if differ:
-            if field in ("tensors", "values", "dtype"):
-                shown = ", ".join(f"rank {r}: {_describe(field, v)}"
-                                  for r, v in enumerate(column.tolist()))
-            else:
-                shown = "this rank's: " + (optimizer if field == "optimizer" else
-                                           repr([tuple(p.shape) for p in params]))
-            raise ValueError(f"ShardedOptimizer: every rank must pass the same parameters and "
-                             f"optimiser, but rank(s) {differ} differ from rank 0 in their "
-                             f"{field} ({shown})")
-    if table[0, 0] == 0:
+    if field is not None:
+        if field in ("tensors", "values", "dtype"):
+            column = ["tensors", "values", "dtype"].index(field)
+            shown = ", ".join(f"rank {r}: {_describe(field, row[column])}"
+                              for r, row in enumerate(table))
+        else:
+            shown = "this rank's: " + (optimizer if field == "optimizer" else
+                                       repr([tuple(p.shape) for p in params]))
+        raise ValueError(f"ShardedOptimizer: every rank must pass the same parameters and "
+                         f"optimiser, but rank(s) {differ} differ from rank 0 in their "
+                         f"{field} ({shown})")
+    if table[0][0] == 0:
         raise ValueError("ShardedOptimizer got an empty parameter list")
-    if table[0, 2] == 0:
+    if table[0][2] == 0:
         raise TypeError(f"ShardedOptimizer: the parameters must share one dtype (one flat "
                         f"vector), got {sorted(str(p.dtype) for p in params)}")
 
