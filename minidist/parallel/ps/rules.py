@@ -33,7 +33,9 @@ paper's ⟨τ⟩ = n), and α0/τ ≈ α0/n. n = λ is asynchronous SGD
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -141,6 +143,13 @@ class SoftSync:
         """Wait for ``c`` >= 1 gradients from now on; True if as many have come already."""
         self.c = max(1, c)
         return self.count >= self.c
+
+    def apply_to(self, shard: ShardState, value_index: Callable[[np.ndarray], Any]) -> None:
+        """The average so far as one update of ``shard`` (``value_index``: the positions
+        of the values of keys counted from the shard's first); start again."""
+        keys, mean = self.take()
+        index = value_index(keys)
+        shard.apply(index, mean[index])
 
     def take(self) -> tuple[np.ndarray, np.ndarray]:
         """(the keys touched, counted from the shard's first; the average: the total over

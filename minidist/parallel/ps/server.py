@@ -18,13 +18,12 @@ A server's loop, per request:
 3. **Handle** it:
    - PUSH: take the rows (received with the header, or after it); its
      staleness τ = 1 + the updates applied since the pull its gradient was
-     computed from (``rules.py``); apply
-     the update (``ShardState.apply``), or add it to n-softsync's
-     accumulator and apply the average once c have come;
-     acknowledge with the version. Under BSP the push is held (and
-     acknowledged) until every running worker has finished its iteration,
-     then applied in the order the requests began (worker order under
-     MPI): step 4. A BSP run is then the same on every run, on MPI too.
+     computed from (``rules.py``); apply the update (``ShardState.apply``),
+     or add it to n-softsync's accumulator and apply the average once c
+     have come; acknowledge with the version. Under BSP the push is held
+     (and acknowledged) until every running worker has finished its
+     iteration, then applied in the order the requests began (worker order
+     under MPI): step 4. A BSP run is then the same on every run and MPI.
    - PULL: take the keys; answer with the version and the rows if the
      consistency rule allows a read at the worker's clock, else park it.
    - PUSH_PULL: a training step's three requests in one: the PUSH (not
@@ -122,8 +121,10 @@ class Server:
         shard.as_rows(self.width)
         self.accumulator = None  # n-softsync's, when it is on: c = max(1, ⌊λ/n⌋) gradients
         if self.softsync is not None:
-            c = max(1, len(self.workers) // self.softsync)
-            self.accumulator = SoftSync(end - first, shard.values.shape, self.dtype, c)
+            self.accumulator = SoftSync(end - first, shard.values.shape, self.dtype,
+                                        max(1, len(self.workers) // self.softsync))
+            self.shard_index = lambda keys: self.layout.value_index(keys + first, first,
+                                                                    self.width)
         listening = {w: self._listen(w) for w in self.clocks}
         while listening:
             worker = self._next(listening)
@@ -218,20 +219,16 @@ class Server:
 
     def _take_push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
                    acknowledge: bool) -> None:
-        """A push's rows: held until the barrier (BSP), else applied now."""
+        """A push's rows: held until the barrier (BSP), else applied now; acknowledged (a
+        PUSH_PULL is answered by its read). No keys: nothing for this shard."""
         if self.rule.holds_updates and keys.size:
             self.held.append((worker, header, keys.copy(), rows.copy()))  # until the barrier
-            if acknowledge:
-                self._acknowledge(worker)
-        else:
-            self._push(worker, header, keys, rows, acknowledge)
+        elif keys.size:
+            self._push(worker, header, keys, rows)
+        if acknowledge:
+            self._reply(worker, self.shard.version)
 
-    def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray,
-              acknowledge: bool = True) -> None:
-        if not keys.size:  # nothing for this shard: acknowledge only
-            if acknowledge:
-                self._acknowledge(worker)
-            return
+    def _push(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray) -> None:
         first = self.key_range[0]
         tau = self.shard.version - header.version + 1  # 1 + the updates it missed
         self.log.gradients[tau] += 1
@@ -240,15 +237,7 @@ class Server:
         if self.accumulator is None:
             self.shard.apply(index, rows if scale == 1.0 else scale * rows)
         elif self.accumulator.add(keys - first, index, rows, scale):
-            self._apply_softsync()
-        if acknowledge:
-            self._acknowledge(worker)
-
-    def _apply_softsync(self) -> None:
-        first = self.key_range[0]
-        touched, mean = self.accumulator.take()  # keys counted from the shard's first
-        index = self.layout.value_index(touched + first, first, self.width)
-        self.shard.apply(index, mean[index])
+            self.accumulator.apply_to(self.shard, self.shard_index)
 
     def _after_leaving(self, final: bool = False) -> None:
         """n-softsync once a worker stopped or went: c = ⌊λ/n⌋ of those running (BSP: of
@@ -258,12 +247,13 @@ class Server:
         ready = not self.rule.holds_updates and self.accumulator.resize(
             len(self.clocks) // self.softsync)
         if self.accumulator.count and (ready or final):
-            self._apply_softsync()
+            self.accumulator.apply_to(self.shard, self.shard_index)
 
-    def _acknowledge(self, worker: int) -> None:
-        # communication: the acknowledgement carries the shard's version
-        self.c.send(np.array([self.shard.version], np.int64).view(np.uint8),
-                    self.workers[worker], Tag.PS_REPLY)
+    def _reply(self, worker: int, value: int) -> None:
+        # communication: one integer: the shard's version (acknowledging a push), or the
+        # clock a checkpoint saved (the worker may go on)
+        self.c.send(np.array([value], np.int64).view(np.uint8), self.workers[worker],
+                    Tag.PS_REPLY)
 
     # --- 4. answer the reads the clocks allow ------------------------------------------
     def _apply_held(self) -> None:
@@ -285,7 +275,7 @@ class Server:
         # in the order the requests began, ties by worker (stable: one worker's in turn):
         # the modelled-clock order in-process, worker order under MPI, on every run
         for worker, header, keys, rows in sorted(ready, key=lambda p: (p[1].timestamp, p[0])):
-            self._push(worker, header, keys, rows, acknowledge=False)
+            self._push(worker, header, keys, rows)
 
     def _unpark(self) -> None:
         self._apply_held()
@@ -315,7 +305,5 @@ class Server:
         refuse_to_save(self.checkpoint_path, clock, self.accumulator)
         save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
         for worker in sorted(self.at_checkpoint):
-            # communication: the clock saved: the worker may go on
-            self.c.send(np.array([clock], np.int64).view(np.uint8), self.workers[worker],
-                        Tag.PS_REPLY)
+            self._reply(worker, clock)
         self.at_checkpoint.clear()
