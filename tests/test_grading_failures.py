@@ -21,6 +21,8 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -266,3 +268,31 @@ def test_what_a_cell_prints_is_cut_once_per_cell():
     cell[0] = "b"  # the next cell has its own budget
     write("y")
     assert written[-1] == "y"
+
+
+KEPT_BY_IPYTHON = """
+import sys
+from IPython.core.interactiveshell import InteractiveShell
+from minidist.course import sandbox
+shell = InteractiveShell.instance()
+if sys.argv[1] == "sandboxed":
+    sandbox.load_ipython_extension(shell)
+shell.run_cell("print('x' * 1000)")
+shell.run_cell("import sys; sys.stderr.write('y' * 1000)")
+print(sum(len(text) for outputs in shell.history_manager.outputs.values() for output in outputs
+          if output.output_type.endswith("_stream") for text in output.bundle["stream"]),
+      file=sys.__stdout__)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kernel, kept", [("plain", 2001), ("sandboxed", 0)])
+def test_the_sandboxed_kernel_keeps_no_history_of_what_cells_print(kernel, kept):
+    """IPython (9) keeps what a cell prints as output history through its private ``_tee``,
+    which the sandbox turns off: a cell printing without end would grow it to the kernel's
+    memory limit. Should an IPython release capture it otherwise, the plain kernel's line
+    still shows the history kept and the sandboxed one fails here, not in a student's run."""
+    run = subprocess.run([sys.executable, "-c", KEPT_BY_IPYTHON, kernel], capture_output=True,
+                         text=True, timeout=100, env={**os.environ, "IPYTHONDIR": os.devnull})
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.split()[-1]) == kept

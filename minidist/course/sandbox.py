@@ -168,7 +168,8 @@ def load_ipython_extension(shell: Any) -> None:
     """Step 5: cut what a cell prints, each stream counted for the cell it came from. IPython
     (9) also keeps every string a cell prints, as its output history, which a cell printing
     without end grows until the kernel dies of its memory limit: that history is not kept."""
-    shell._tee = lambda channel: contextlib.nullcontext()  # IPython's run_cell captures with it
+    # IPython's run_cell captures with its private _tee (a test fails if that changes)
+    shell._tee = lambda channel: contextlib.nullcontext()
     for stream in (sys.stdout, sys.stderr):
         stream.write = capped(stream.write,
                               lambda s=stream: getattr(s, "parent_header", {}).get("msg_id"))
