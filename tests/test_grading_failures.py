@@ -149,7 +149,8 @@ def test_a_cell_without_grade_id_is_named_by_where_it_is(graded):
 @needs_nbgrader
 @pytest.mark.timeout(CLASS_TIMEOUT)
 def test_deleted_locked_cells_are_put_back_and_only_a_deleted_answer_loses(graded):
-    """Once a deleted test cell lost its task with no sentence, and a deleted setup cell
+    """The row names the deleted answer. Once a deleted test cell lost its task with no
+    sentence, and a deleted setup cell
     nearly every task; nbgrader's own restoring failed the whole notebook when the answer
     before the test was gone too."""
     results, _ = graded
@@ -157,6 +158,8 @@ def test_deleted_locked_cells_are_put_back_and_only_a_deleted_answer_loses(grade
     put_back = [f"the locked cell {cell} was missing from the notebook: it was put back from "
                 "the release and graded"
                 for cell in ("setup", "lab01_unbroadcast", "lab01_backward_relu")]
+    put_back.insert(2, "the answer cell answer_backward_relu is missing from the notebook (was "
+                       "it deleted?): its task was graded without it")
     assert results["deletes_cells"].problems == [*put_back, (
         "lab01_backward_relu: CheckFailed: Task 5, ReLU backward: your code raised NameError: "
         "name 'ReLU' is not defined")]

@@ -35,8 +35,8 @@ def _cell(grade_id: str, locked: bool, solution: bool = False) -> dict:
 
 def test_locked_cells_missing_are_put_back_where_they_were():
     """Setup and tests come back after the cell before them in the release (the first one
-    first); a deleted answer does not (its task is lost: tests/test_grading_failures.py);
-    the student's own cells stay where they are."""
+    first); a deleted answer does not (its task is lost: tests/test_grading_failures.py),
+    but the row names it; the student's own cells stay where they are."""
     release = {"cells": [_cell("setup", True), {"cell_type": "markdown", "source": "# Task 1"},
                          _cell("answer1", False, True), _cell("test1", True),
                          _cell("answer2", False, True), _cell("test2", True)]}
@@ -45,9 +45,10 @@ def test_locked_cells_missing_are_put_back_where_they_were():
     said = restore_locked_cells(notebook, release)
     assert [c["source"] for c in notebook["cells"]] == \
         ["setup", "answer1", "test1", "print(1)", "test2"]
-    assert [s.split(" was ")[0] for s in said] == \
-        ["the locked cell setup", "the locked cell test1"]
-    assert restore_locked_cells(notebook, release) == []  # nothing more to put back
+    assert [s.split(" was ")[0].split(" is ")[0] for s in said] == \
+        ["the locked cell setup", "the locked cell test1", "the answer cell answer2"]
+    assert said[-1].endswith("(was it deleted?): its task was graded without it")
+    assert restore_locked_cells(notebook, release) == said[-1:]  # nothing more to put back
     another_lab = {"cells": [_cell("setup", True), _cell("answer9", False, True),
                              _cell("test9", True)]}
     assert restore_locked_cells(another_lab, release) == [] and len(another_lab["cells"]) == 3

@@ -81,7 +81,9 @@ def _grade_id(cell: object) -> str | None:
 def restore_locked_cells(notebook: dict, release: dict) -> list[str]:
     """Put each locked cell of ``release`` (setup, tests) that ``notebook`` lacks back into
     it, after the cell present that comes before it in the release (else first); the
-    sentences saying which, for the student's row. A notebook with none of the release's
+    sentences saying which, for the student's row, and which answer cells are missing (the
+    student's own work: not put back, the task graded without it, as the row then says
+    instead of only the check's failure). A notebook with none of the release's
     answers and tests is another lab's (nbgrader's failure names it; every lab has a
     "setup"): nothing is put back."""
     present = {_grade_id(cell) for cell in notebook["cells"]} - {None}
@@ -102,6 +104,9 @@ def restore_locked_cells(notebook: dict, release: dict) -> list[str]:
             present.add(grade_id)
             restored.append(f"the locked cell {grade_id} was missing from the notebook: it "
                             "was put back from the release and graded")
+        elif grade_id not in present and nbgrader.get("solution"):
+            restored.append(f"the answer cell {grade_id} is missing from the notebook (was it "
+                            "deleted?): its task was graded without it")
         if grade_id in present:
             after = grade_id
     return restored
