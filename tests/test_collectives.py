@@ -185,6 +185,7 @@ def test_mismatches_raise_on_every_rank(p: int) -> None:
     calls = {
         "root": lambda c: broadcast(np.ones(4), c, root=c.rank == last),
         "schedule": lambda c: broadcast(np.ones(4), c, 0, "linear" if c.rank else "binomial"),
+        "shape (": lambda c: broadcast(np.ones((2, 3) if c.rank == last else (3, 2)), c),
         "length": lambda c: reduce(np.ones(4 + (c.rank == last)), c),
         "dtype": lambda c: allgather(np.ones(4, np.int32 if c.rank == last else np.int64), c),
         "op": lambda c: reduce_scatter(np.ones(4), c, "min" if c.rank == last else "max"),

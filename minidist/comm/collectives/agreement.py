@@ -99,17 +99,21 @@ def _check_codes(what: str, dtype: np.dtype, op: str | None) -> None:
 
 
 def check_same_everywhere(c: Communicator, what: str, dtype: np.dtype, op: str | None = None,
-                          check: bool = True, **fields: int) -> None:
+                          check: bool = True, **fields: int | tuple) -> None:
     """Raise the same error on every rank unless all ranks agree on ``fields``.
 
-    ``fields`` are integers every rank must share (``length=``, ``root=``...);
-    the collective ``what``, ``dtype`` and ``op`` are checked too. With
-    ``check=False`` or one rank, only the local checks run (no message).
+    ``fields`` are what every rank must share: integers (``length=``,
+    ``root=``...) or tuples (a shape: compared by a crc32 of it, named as
+    itself in the error); the collective ``what``, ``dtype`` and ``op`` are
+    checked too. With ``check=False`` or one rank, only the local checks run
+    (no message).
     """
     if not check or c.size == 1:
         _check_codes(what, dtype, op)
         return
-    _exchange(c, what, np.dtype(dtype), op, tuple(fields), tuple(fields.values()), None, None)
+    codes = tuple(zlib.crc32(repr(v).encode()) if isinstance(v, tuple) else v
+                  for v in fields.values())
+    _exchange(c, what, np.dtype(dtype), op, fields, codes, None, None)
 
 
 def checked_small_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str,
@@ -121,7 +125,7 @@ def checked_small_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, o
     ranks agree on ``fields`` (the allreduce's, in the order it checks them
     when the data does not ride) and on dtype and op.
     """
-    _exchange(c, "allreduce", src.dtype, op, tuple(fields), tuple(fields.values()), src, out)
+    _exchange(c, "allreduce", src.dtype, op, fields, tuple(fields.values()), src, out)
 
 
 class Packets:
@@ -202,7 +206,7 @@ def header(what: str, dtype: np.dtype, op: str | None, values: tuple[int, ...]) 
     return Header(mine, mine.tobytes(), bool(codes[1] and (codes[2] or op is None)))
 
 
-def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, names: tuple,
+def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, fields: dict,
               values: tuple, src: np.ndarray | None, out: np.ndarray | None) -> None:
     """Allreduce the header packets (with ``src`` in the data slot, if given); raise on
     every rank if the headers differ; else write the reduced data into ``out``."""
@@ -232,7 +236,7 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, names
         recursive_doubling_allreduce(first, PacketView(c, packets, data if data_ok else None), op)
     reduced = packets.headers[0]
     if reduced.tobytes() != mine.raw:  # equal exactly when every rank agrees
-        _raise_disagreement(c, what, dtype, op, names, mine.values, reduced)
+        _raise_disagreement(c, what, dtype, op, fields, reduced)
     if not mine.supported:
         _check_codes(what, dtype, op)
     if data_ok:
@@ -240,13 +244,15 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, names
 
 
 def _raise_disagreement(c: Communicator, what: str, dtype: np.dtype, op: str | None,
-                        names: tuple, mine: np.ndarray, reduced: np.ndarray) -> None:
+                        fields: dict, reduced: np.ndarray) -> None:
     """Name the first field on which the ranks disagree (the same one on every rank)."""
-    for i, name in enumerate(("collective", "dtype", "op", *names)):
+    for i, name in enumerate(("collective", "dtype", "op", *fields)):
         largest, smallest = int(reduced[i]), -int(reduced[MAX_FIELDS + i])
         if largest != smallest:
-            value = {"collective": what, "dtype": np.dtype(dtype).name, "op": op}.get(
-                name, int(mine[i]))
+            value = {"collective": what, "dtype": np.dtype(dtype).name, "op": op}.get(name)
+            if i >= 3:
+                value = fields[name] if isinstance(fields[name], tuple) else int(fields[name])
+            codes = "" if isinstance(value, tuple) else f"; codes from {smallest} to {largest}"
             raise ValueError(f"{what}: ranks disagree on {name} (rank {c.rank} has "
-                             f"{value!r}; codes from {smallest} to {largest})")
+                             f"{value!r}{codes})")
     raise AssertionError("headers differ but no field does")  # unreachable

@@ -20,8 +20,6 @@ explained where it lives:
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 from minidist import backend
@@ -52,7 +50,7 @@ NO_ROOT = object()  # a collective without a root (allgather, ...); None is a wr
 
 def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
            check: bool = True, root: object = NO_ROOT, rows: bool = False,
-           **fields: int) -> np.ndarray:
+           **fields: int | tuple) -> np.ndarray:
     """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
     agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
     ``fields``. Any mismatch or bad value raises the same error on every rank."""
@@ -87,7 +85,7 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(broadcast, arr, c, root, algorithm, check=check)
     schedule = list(BROADCASTS).index(algorithm) + 1 if algorithm in BROADCASTS else 0
-    arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule)
+    arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule, shape=np.shape(arr))
     if not schedule:
         raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use one of "
                          f"{list(BROADCASTS)}")
@@ -173,7 +171,7 @@ def alltoallv(arr: np.ndarray, counts, c: Communicator,
     row = arr.shape[1:]
     try:
         check_same_everywhere(c.private(), "alltoallv", arr.dtype, None, check, ndim=arr.ndim,
-                              row_items=int(np.prod(row)), row_shape=zlib.crc32(repr(row).encode()),
+                              row_items=int(np.prod(row)), row_shape=row,
                               valid_counts=int(not problem))
     except ValueError as err:
         raise ValueError(f"{err}; here: {problem}" if problem else str(err)) from None
