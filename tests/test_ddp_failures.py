@@ -19,6 +19,7 @@ import minidist as md
 from minidist.autograd import Function
 from minidist.nn import MLP, Linear, Module, Parameter
 from minidist.nn.functional import cross_entropy
+from minidist.optim import SGD
 from minidist.parallel.ddp import DataParallel
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -88,6 +89,29 @@ def test_a_backward_that_raised_leaves_the_next_ones_averaging(backend):
             np.testing.assert_array_equal(got, first)  # the same bits on every rank
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
 
+
+
+def step_with_a_rate_set_to_nan(c):
+    """The error this rank's step raised, and whether its weights stayed finite."""
+    model = DataParallel(GuardedNet(seed=0), c)
+    opt = SGD(model.module.parameters(), lr=0.1)
+    opt.param_groups[0]["lr"] = float("nan")  # by hand, after the checks of construction
+    x, y = local_batch(c.rank)
+    cross_entropy(model(x), y).backward()
+    try:
+        opt.step()
+        said = "stepped"
+    except ValueError as error:
+        said = str(error)
+    return said, all(bool(np.isfinite(p.data).all()) for p in model.module.parameters())
+
+
+@pytest.mark.timeout(60)
+def test_a_rate_set_to_nan_after_construction_stops_every_rank_before_the_update():
+    """Every rank trained on, quietly, to NaN weights."""
+    for said, finite in md.launch(step_with_a_rate_set_to_nan, 2, backend="local", timeout=50):
+        assert said == "param_groups[0]: lr must be a finite number >= 0, got nan"
+        assert finite
 
 class Flat(Module):
     """Parameters of the given shapes, each a float32 vector or array."""

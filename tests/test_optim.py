@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -253,6 +254,35 @@ def test_invalid_hyper_parameters_are_rejected_by_name(make, words):
     with pytest.raises(ValueError, match=words):  # not quietly trained to NaN weights
         make(make_params()).step()
 
+
+CHANGED = [(SGD, "lr", NAN), (SGD, "lr", -1.0), (SGD, "lr", math.inf), (SGD, "momentum", 1.0),
+           (SGD, "weight_decay", NAN), (Adam, "lr", NAN), (Adam, "eps", math.inf),
+           (Adam, "betas", (0.9, NAN)), (AdaGrad, "lr", NAN), (AdaGrad, "eps", -1.0)]
+
+
+@pytest.mark.parametrize("cls, name, value", CHANGED)
+def test_hyper_parameters_set_by_hand_after_construction_are_checked_at_each_step(cls, name,
+                                                                                  value):
+    """``opt.param_groups[0]["lr"] = nan`` went unchecked: training went on to NaN weights."""
+    params = make_params()
+    opt = cls([{"params": params[:1]}, {"params": params[1:]}], lr=0.1)
+    for p, g in zip(params, gradient_sequence()[0], strict=True):
+        p.grad = g
+    before = [p.numpy().copy() for p in params]
+    opt.param_groups[1][name] = value
+    with pytest.raises(ValueError, match=rf"param_groups\[1\]: {name} must .*got "
+                                         rf"{re.escape(repr(value))}"):
+        opt.step()
+    for p, b in zip(params, before, strict=True):  # no group moved, not even the good one
+        np.testing.assert_array_equal(p.numpy(), b)
+    opt.param_groups[1][name] = opt.defaults[name]
+    opt.step()  # the same optimiser goes on once the value is put right
+
+
+def test_a_group_of_its_own_with_a_bad_value_is_refused_when_added():
+    params = make_params()
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: momentum must be a finite"):
+        SGD([{"params": params[:1]}, {"params": params[1:], "momentum": NAN}], lr=0.1)
 
 # ---- schedules ---------------------------------------------------------------------------------
 

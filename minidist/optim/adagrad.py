@@ -92,20 +92,25 @@ class AdaGrad(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: Any = 0.05,
                  eps: float = 1e-8, initial_accumulator: float = 0.0,
                  convention: str = "textbook", clip: Any = None) -> None:
-        finite("eps", eps)  # a NaN would train on, quietly, to NaN weights
-        finite("initial_accumulator", initial_accumulator)
-        if np.ndim(lr):  # one per column (a number is checked as every optimiser's is)
+        super().__init__(params, dict(lr=lr, eps=eps, initial_accumulator=initial_accumulator,
+                                      convention=convention, clip=clip))
+
+    def check_hyper(self, group: dict[str, Any], where: str, stepping: bool = False) -> None:
+        super().check_hyper(group, where, stepping)  # lr, when a number
+        finite(f"{where}eps", group["eps"])
+        finite(f"{where}initial_accumulator", group["initial_accumulator"])
+        lr, clip, convention = group["lr"], group["clip"], group["convention"]
+        if np.ndim(lr) and not (stepping and backend.on_device(lr)):  # one per column
             column = backend.to_numpy(lr)
             if not (np.issubdtype(column.dtype, np.number) and np.all(np.isfinite(column))
                     and np.all(column >= 0)):
-                raise ValueError(f"AdaGrad: lr must be finite numbers >= 0, got {lr!r}")
-        if clip is not None and not np.all(np.asarray(clip) > 0):  # NaN too
-            raise ValueError(f"AdaGrad: clip must be > 0, got {clip!r}")
+                raise ValueError(f"AdaGrad: {where}lr must be finite numbers >= 0, got {lr!r}")
+        if clip is not None and not (stepping and backend.on_device(clip)) \
+                and not np.all(backend.to_numpy(clip) > 0):  # NaN too
+            raise ValueError(f"AdaGrad: {where}clip must be > 0, got {clip!r}")
         if convention not in CONVENTIONS:
-            raise ValueError(f"AdaGrad: convention must be one of {CONVENTIONS}, "
-                             f"got {convention!r}")  # at once, not at the first step
-        super().__init__(params, dict(lr=lr, eps=eps, initial_accumulator=initial_accumulator,
-                                      convention=convention, clip=clip))
+            raise ValueError(f"AdaGrad: {where}convention must be one of {CONVENTIONS}, "
+                             f"got {convention!r}")
 
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
                group: dict[str, Any]) -> None:

@@ -45,13 +45,17 @@ class Adam(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0) -> None:
-        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
-            finite(name, value)  # a NaN would train on, quietly, to NaN weights
+        betas = tuple(betas) if isinstance(betas, Iterable) else betas
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def check_hyper(self, group: dict[str, Any], where: str, stepping: bool = False) -> None:
+        super().check_hyper(group, where, stepping)
+        finite(f"{where}eps", group["eps"])
+        finite(f"{where}weight_decay", group["weight_decay"])
+        betas = group["betas"]
         pair = tuple(betas) if isinstance(betas, Iterable) else ()
         if len(pair) != 2 or not all(isinstance(b, Real) and 0.0 <= b < 1.0 for b in pair):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay))
+            raise ValueError(f"{where}betas must be two numbers in [0, 1), got {betas!r}")
 
     @lab_answer("lab01_adam")
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],

@@ -52,8 +52,7 @@ class Optimizer:
     def add_param_group(self, group: dict[str, Any]) -> None:
         """Add parameters with their own hyper-parameters (defaults fill the rest)."""
         group = {**self.defaults, **group, "params": list(group["params"])}
-        if "lr" in group and np.ndim(group["lr"]) == 0:  # (AdaGrad's may be one per column)
-            finite("lr", group["lr"])  # a NaN rate would train on, quietly, to NaN weights
+        self.check_hyper(group, f"param_groups[{len(self.param_groups)}]: ")
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if not isinstance(p, Tensor) or not p.requires_grad:
@@ -71,8 +70,21 @@ class Optimizer:
         for p in self.parameters():
             p.grad = None
 
+    def check_hyper(self, group: dict[str, Any], where: str, stepping: bool = False) -> None:
+        """Refuse a hyper-parameter of ``group`` (``where``, e.g. "param_groups[0]: ", starts
+        the message) that would train on, quietly, to NaN weights: a NaN or infinite rate,
+        or one below 0. Subclasses add their own hyper-parameters. ``stepping``: checked
+        again at a step, where an array on a device is not copied to the host to be
+        checked (it was when its group was added)."""
+        if "lr" in group and np.ndim(group["lr"]) == 0:  # (AdaGrad's may be one per column)
+            finite(f"{where}lr", group["lr"])
+
     def step(self) -> None:
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient. Every group is checked first,
+        each step: its values may have been set by hand (``param_groups[0]["lr"] = x``)
+        since it was added."""
+        for index, group in enumerate(self.param_groups):
+            self.check_hyper(group, f"param_groups[{index}]: ", stepping=True)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:

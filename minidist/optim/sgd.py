@@ -40,14 +40,17 @@ class SGD(Optimizer):
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float,
                  momentum: float = 0.0, weight_decay: float = 0.0,
                  nesterov: bool = False) -> None:
-        finite("lr", lr)  # a NaN would train on, quietly, to NaN weights
-        finite("weight_decay", weight_decay)
-        if not 0 <= finite("momentum", momentum) < 1:  # >= 1: the velocity never forgets
-            raise ValueError(f"momentum must lie in [0, 1), got {momentum!r}")
-        if nesterov and momentum == 0:
-            raise ValueError("Nesterov momentum needs momentum > 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                       nesterov=nesterov))
+
+    def check_hyper(self, group: dict[str, Any], where: str, stepping: bool = False) -> None:
+        super().check_hyper(group, where, stepping)
+        finite(f"{where}weight_decay", group["weight_decay"])
+        momentum = group["momentum"]
+        if not 0 <= finite(f"{where}momentum", momentum) < 1:  # >= 1: it never forgets
+            raise ValueError(f"{where}momentum must lie in [0, 1), got {momentum!r}")
+        if group["nesterov"] and momentum == 0:
+            raise ValueError(f"{where}Nesterov momentum needs momentum > 0")
 
     @lab_answer("lab01_sgd_momentum")
     def update(self, param: Tensor, grad: Any, state: dict[str, Any],
