@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections import namedtuple
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -249,3 +250,56 @@ def test_workers_end_with_a_parent_killed_outright(tmp_path):
             if name.exists() and name.read_text():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(name.read_text()), signal.SIGKILL)
+
+
+INTERACTIVE_CALLER = """
+import numpy as np
+from minidist.parallel import hogwild
+
+def interactive(shared, rank, workers, sync):
+    sync.begin(0)
+    sync.report(0, 0.0)
+
+try:
+    hogwild.run_hogwild(interactive, {"w": np.zeros(4)}, 2, 1, ["w"], timeout=30)
+except ValueError as error:
+    print(error)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_target_of_an_interactive_main_is_refused_before_the_workers_start():
+    """``python -c`` (or a notebook): every worker died unpickling the target, and the caller
+    saw only their exit codes; the reason went to the workers' stderr."""
+    done = subprocess.run([sys.executable, "-c", INTERACTIVE_CALLER], capture_output=True,
+                          text=True, timeout=50)
+    assert "hogwild target 'interactive' is defined in an interactive __main__" in done.stdout
+    assert "Traceback" not in done.stderr  # no worker started, so none failed
+
+
+@pytest.mark.timeout(60)
+def test_a_target_the_workers_cannot_import_is_reported_with_the_reason(monkeypatch,
+                                                                        created_blocks):
+    """A module only the parent has (as a function defined under a script's ``if __name__
+    == "__main__":``): the parent got exit codes, the reason only the workers' stderr."""
+    module = types.ModuleType("hogwild_parent_only")
+    exec("def target(shared, rank, workers, sync):\n    pass", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    with pytest.raises(RuntimeError, match="worker cannot import the hogwild target "
+                                           r"\(No module named 'hogwild_parent_only'\)"):
+        hogwild.run_hogwild(module.target, {"w": np.zeros(4)}, 2, 1, ["w"], timeout=50)
+    assert_cleaned_up(created_blocks)
+
+
+def test_shared_arrays_as_a_context_manager_leave_nothing_in_dev_shm():
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    with pytest.raises(KeyError), hogwild.SharedArrays.create(
+            {"a": np.arange(3.0), "b": np.zeros(2)}) as shared:
+        names = [name.lstrip("/") for name, _, _ in shared.spec().values()]
+        assert all((shm / name).exists() for name in names)
+        assert shared["a"].sum() == 3.0
+        shared["missing"]  # the body raises: the blocks go all the same
+    assert not [name for name in names if (shm / name).exists()]
+    assert not shared.blocks and not shared.arrays

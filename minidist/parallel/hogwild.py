@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -60,7 +61,10 @@ from minidist.util.processes import (
 
 
 class SharedArrays:
-    """Numpy arrays backed by named shared-memory blocks, usable from other processes."""
+    """Numpy arrays backed by named shared-memory blocks, usable from other processes.
+
+    A context manager: ``with SharedArrays.create(arrays) as shared:`` calls ``close``
+    on leaving, so the blocks leave /dev/shm even when the body raises."""
 
     def __init__(self, blocks: dict[str, tuple[shared_memory.SharedMemory, tuple, str]],
                  owner: bool):
@@ -108,6 +112,12 @@ class SharedArrays:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
+    def __enter__(self) -> SharedArrays:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Drop this process's mapping; the creator also removes the blocks. A block
         whose array is still held elsewhere (``a = shared["w"]``) keeps its mapping until
@@ -152,12 +162,14 @@ class HogwildRun:
     startup_seconds: float = 0.0
 
 
-def _worker(target: Callable[..., None], rank: int, workers: int, spec: dict, barrier: Any,
+def _worker(pickled: bytes, rank: int, workers: int, spec: dict, barrier: Any,
             reports: Any, args: tuple) -> None:
-    """A worker process: attach the shared arrays, run ``target``, report a failure."""
+    """A worker process: attach the shared arrays, run ``target``, report a failure. It loads
+    ``target`` itself, so that the parent hears why it could not (not only an exit code)."""
     _die_with_parent()
     shared = SharedArrays.attach(spec)
     try:
+        target = _load_target(pickled)
         target(shared, rank, workers, EpochSync(barrier, reports, rank), *args)
     except threading.BrokenBarrierError:
         pass  # another worker failed: the parent reports it
@@ -166,6 +178,24 @@ def _worker(target: Callable[..., None], rank: int, workers: int, spec: dict, ba
         barrier.abort()
     finally:
         shared.close()
+
+
+def _load_target(pickled: bytes) -> Callable[..., None]:
+    try:
+        return pickle.loads(pickled)
+    except (AttributeError, ImportError) as error:  # "Can't get attribute", no such module
+        raise RuntimeError(f"the worker cannot import the hogwild target ({error}): define "
+                           "it at the top level of a module the workers can import") from error
+
+
+def _check_importable(target: Callable[..., None]) -> None:
+    """Refuse, before any worker starts, a ``target`` of an interactive ``__main__`` (a
+    notebook, ``python -c``): it has no file, so the spawned workers cannot import it."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if getattr(target, "__module__", None) == "__main__" and not os.path.isfile(main):
+        raise ValueError(f"hogwild target {getattr(target, '__qualname__', target)!r} is "
+                         "defined in an interactive __main__ (a notebook, python -c), which "
+                         "the spawned workers cannot import: define it in a module")
 
 
 def _die_with_parent() -> None:
@@ -189,6 +219,7 @@ def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], work
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    _check_importable(target)
     with terminated_like_interrupted():  # a SIGTERM'd caller still stops its workers
         return _run(target, arrays, workers, epochs, written, args, timeout, on_epoch)
 
@@ -198,13 +229,14 @@ def _run(target: Callable[..., None], arrays: dict[str, np.ndarray], workers: in
          on_epoch: Callable[[int, float], None] | None) -> HogwildRun:
     context = mp.get_context("spawn")
     started = time.monotonic()
+    pickled = pickle.dumps(target)  # a lambda or a nested function fails here, in the caller
     shared = SharedArrays.create(arrays)
     processes: list[Any] = []
     try:
         barrier = context.Barrier(workers, timeout=timeout)
         reports = context.Queue()
         processes = [context.Process(target=_worker, daemon=True, name=f"hogwild-{rank}",
-                                     args=(target, rank, workers, shared.spec(), barrier,
+                                     args=(pickled, rank, workers, shared.spec(), barrier,
                                            reports, args))
                      for rank in range(workers)]
         for process in processes:
