@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -30,6 +32,31 @@ def test_linear_matches_numpy_and_has_pytorch_layout():
     np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-6)
     assert nn.Linear(5, 3, bias=False).bias is None
     assert [n for n, _ in nn.Linear(5, 3, bias=False).named_parameters()] == ["weight"]
+
+
+@pytest.mark.parametrize("x_shape", [(4, 5), (2, 3, 2), (5,), ()])
+def test_linear_names_its_in_features_and_a_wrong_input_shape(x_shape):
+    """numpy's error said only "matmul: Input operand 1 has a mismatch in its core dimension"."""
+    layer = nn.Linear(3, 2, rng=0)
+    with pytest.raises(ValueError, match=rf"Linear\(3, 2, bias=True\) takes inputs whose last "
+                                         rf"axis has in_features=3 values, got one of shape "
+                                         rf"{re.escape(str(x_shape))}"):
+        layer(np.ones(x_shape, np.float32))
+
+
+@pytest.mark.parametrize("in_features, out_features, batch", [(0, 2, 4), (3, 0, 4), (3, 2, 0),
+                                                             (0, 0, 0)])
+def test_zero_width_linear_has_gradients_of_the_right_shapes(in_features, out_features,
+                                                            batch):
+    """backward failed with "cannot reshape array of size 0" on 0 features."""
+    layer = nn.Linear(in_features, out_features, dtype=np.float64, rng=0)
+    x = md.Tensor(RNG.standard_normal((2, batch, in_features)), requires_grad=True)
+    (layer(x) ** 2).sum().backward()
+    for tensor in (x, layer.weight, layer.bias):
+        assert tensor.grad.shape == tensor.shape
+    assert not backend.to_numpy(x.grad).any()  # x or the weight is empty: no path
+    assert md.autograd.gradcheck(lambda t, w, b: (F.linear(t, w, b) ** 2).sum(),
+                                 x, layer.weight, layer.bias)
 
 
 def test_linear_fan_in_init_bounds_and_spread():

@@ -13,6 +13,8 @@ small layers where overhead dominates (``python -m minidist.bench.autograd``).
 
 from __future__ import annotations
 
+from math import prod
+
 from minidist.autograd.function import Context, Function
 
 
@@ -29,7 +31,8 @@ class LinearFunction(Function):
     def backward(ctx: Context, grad):
         x, weight = ctx.saved_tensors
         need_x, need_weight, need_bias = ctx.needs_input_grad
-        rows = grad.reshape(-1, grad.shape[-1])  # batch axes flattened: (batch, out)
+        batch = prod(x.shape[:-1])  # counted: reshape(-1, 0) fails (0 features, empty arrays)
+        rows = grad.reshape(batch, grad.shape[-1])  # batch axes flattened: (batch, out)
         return (grad @ weight if need_x else None,
-                rows.T @ x.reshape(-1, x.shape[-1]) if need_weight else None,
+                rows.T @ x.reshape(batch, x.shape[-1]) if need_weight else None,
                 rows.sum(axis=0) if need_bias else None)

@@ -47,6 +47,11 @@ class Linear(Module):
                      if bias else None)
 
     def forward(self, x) -> Tensor:
+        x = F.as_tensor(x)
+        if x.ndim == 0 or x.shape[-1] != self.in_features:  # else numpy's matmul error
+            raise ValueError(f"Linear({self.extra_repr()}) takes inputs whose last axis has "
+                             f"in_features={self.in_features} values, got one of shape "
+                             f"{x.shape}")
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
