@@ -120,11 +120,15 @@ class Embedding(Module):
     def forward(self, ids) -> Tensor:
         if isinstance(ids, Tensor):
             ids = ids.data
-        ids = backend.xp().asarray(ids)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
-            bad = ids[(ids < 0) | (ids >= self.num_embeddings)].reshape(-1)[0]  # -1: no last row
-            raise IndexError(f"Embedding: id {int(bad)} is outside 0..{self.num_embeddings - 1}")
-        return self.weight[ids]
+        # checked where the ids are: on the host before they move (no device sync), on a
+        # device with one sync for the whole check (-1 would read the last row quietly)
+        xp = backend.xp_of(ids) if backend.on_device(ids) else np
+        ids = xp.asarray(ids)
+        outside = (ids < 0) | (ids >= self.num_embeddings)
+        if bool(outside.any()):
+            bad = int(ids[outside].reshape(-1)[0])
+            raise IndexError(f"Embedding: id {bad} is outside 0..{self.num_embeddings - 1}")
+        return self.weight[backend.xp().asarray(ids)]
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
