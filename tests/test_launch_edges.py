@@ -1,6 +1,7 @@
 """MPI jobs at their edges, as an engineer's own scripts meet them: two launches side by
 side, output piped into ``head``, an exception that cannot be rebuilt, ``-n 0``,
-``python -m minidist``."""
+``python -m minidist``, a rank's exit status, a hostfile mpiexec would misread, a
+shipped function's file and line in a rank's traceback."""
 
 from __future__ import annotations
 
@@ -95,3 +96,53 @@ def test_python_dash_m_minidist_is_the_minidist_command():
     done = subprocess.run([sys.executable, "-m", "minidist", "--help"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "minidist mpirun -n P PROGRAM" in done.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_a_rank_that_exits_with_3_makes_the_command_exit_with_3(tmp_path, _):
+    """It exited 9: hydra ORs the ranks' wait statuses, 3 << 8 with the 9 of the rank it
+    killed, and reads that as "killed by signal 9"."""
+    script = tmp_path / "exits.py"
+    script.write_text("import os, time\nfrom mpi4py import MPI\n"
+                      "if MPI.COMM_WORLD.rank == 1:\n    time.sleep(0.3)\n    os._exit(3)\n"
+                      "MPI.COMM_WORLD.Barrier()\n")
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "minidist", "mpirun", "-n", "2",
+                               str(script)], capture_output=True, text=True, timeout=60)
+        assert "rank 1" in done.stderr and "exited with status 3" in done.stderr
+        assert done.returncode == 3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_a_hostfile_slot_count_that_is_no_positive_integer_is_named(tmp_path, capsys, _):
+    """`localhost:abc` (or `:0`) killed MPICH's mpiexec with SIGFPE: exit 136, no word."""
+    hosts = tmp_path / "hosts"
+    for entry, slots in (("localhost:abc", "'abc'"), ("localhost:0", "'0'")):
+        hosts.write_text(f"# two ranks here\n{entry} user=me\n")
+        assert mpirun_main(["-n", "2", "-f", str(hosts), "-c", "pass"]) == 2
+        said = capsys.readouterr().err
+        assert f"hostfile {hosts}, line 2: '{entry}'" in said
+        assert f"must be a positive integer, not {slots}" in said
+    with pytest.raises(ValueError, match=r"hosts, line 2: 'localhost:0'"):
+        comm.launch(sleeps, 2, args=(0,), backend="mpi", hostfile=hosts, timeout=60)
+    assert mpirun_main(["-n", "2", "-f", str(tmp_path / "none"), "-c", "pass"]) == 2
+    assert f"hostfile {tmp_path / 'none'}: cannot be read" in capsys.readouterr().err
+
+
+def raises_here(c):
+    raise ValueError(f"raised on rank {c.rank}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_a_rank_traceback_names_the_file_and_line_of_the_shipped_function(_):
+    """cloudpickle 3.1 ships code with the file name `<dynamic-code>`: the traceback named
+    no file and showed no source line."""
+    with pytest.raises(RankError) as info:
+        comm.launch(raises_here, 2, backend="mpi", timeout=90)
+    line = raises_here.__code__.co_firstlineno + 1
+    assert f'File "{__file__}", line {line}, in raises_here' in info.value.traceback_text
+    assert 'raise ValueError(f"raised on rank {c.rank}")' in info.value.traceback_text
+

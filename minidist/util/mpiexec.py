@@ -23,6 +23,10 @@ every command line stays as above: to run as root, and to start more ranks
 than the machine has cores (Open MPI refuses both unless told; MPICH does
 not ask). Its yield is ``OMPI_MCA_mpi_yield_when_idle=1`` (:data:`YIELD`),
 and a hostfile is ``--hostfile``, not ``-f``.
+
+An MPICH hostfile is checked before mpiexec reads it (:func:`check_hostfile`):
+hydra reads a slot count with ``atoi`` and divides by it, so ``node1:abc`` or
+``node1:0`` kills mpiexec with SIGFPE, and it says nothing of the file.
 """
 
 from __future__ import annotations
@@ -94,9 +98,30 @@ def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathL
     """
     if ranks < 1:
         raise ValueError(f"mpiexec_command: need at least one rank, got {ranks}")
-    hosts = ["--hostfile" if mpi_vendor() == "openmpi" else "-f", str(hostfile)] if hostfile else []
+    vendor = mpi_vendor()
+    if hostfile and vendor == "mpich":
+        check_hostfile(hostfile)
+    hosts = ["--hostfile" if vendor == "openmpi" else "-f", str(hostfile)] if hostfile else []
     return [str(mpiexec_path()), *hosts, *mpiexec_args,
             "-n", str(ranks), *wrapper, sys.executable, "-m", "mpi4py", *program]
+
+
+def check_hostfile(path: str | os.PathLike) -> None:
+    """A ValueError naming the file and line of an MPICH hostfile entry mpiexec would
+    misread: ``HOST[:SLOTS]`` (then ``key=value`` words), ``#`` to the end of a line a
+    comment, where SLOTS, if given, must be a positive integer."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"hostfile {path}: cannot be read ({err})") from err
+    for number, line in enumerate(lines, 1):
+        words = line.partition("#")[0].split()
+        if not words:
+            continue
+        _, colon, slots = words[0].partition(":")
+        if colon and not (slots.isascii() and slots.isdigit() and int(slots) > 0):
+            raise ValueError(f"hostfile {path}, line {number}: {words[0]!r}: the slot count "
+                             f"after ':' must be a positive integer, not {slots!r}")
 
 
 def run_module_under_mpi(module: str, ranks: int, argv: Sequence[str] = ()) -> int:

@@ -13,7 +13,9 @@ How the "mpi" backend ships a function to other processes:
 1. ``fn`` and ``args`` are pickled *by value* with cloudpickle: the code
    itself travels, not an import path, so a function written in a
    notebook cell, a script or a test file works (its module is registered
-   with ``cloudpickle.register_pickle_by_value`` while pickling).
+   with ``cloudpickle.register_pickle_by_value`` while pickling). Its code
+   keeps the name of its file (cloudpickle would write ``<dynamic-code>``),
+   so a rank's traceback names the real file and line (:class:`_KeepingFiles`).
 2. They are written to a fresh temporary directory, with the parent's
    ``sys.path`` (on a cluster pass ``workdir=`` on a shared filesystem).
 3. ``mpiexec -n P python -m mpi4py -m minidist.comm.transport.launch_worker DIR``
@@ -24,8 +26,14 @@ How the "mpi" backend ships a function to other processes:
    each rank under :mod:`~minidist.comm.transport.mpirun`'s guard, so that a
    rank killed by a signal ends the job at once and is named (:class:`RankKilled`).
 4. Each rank writes ``result-RANK.pkl``: its value, or its exception and
-   traceback. Ranks' stdout and stderr are relayed line by line to this
-   process's ``sys.stdout``/``sys.stderr`` (so they show in a notebook).
+   traceback. Ranks' stdout and stderr are relayed to this process's
+   ``sys.stdout``/``sys.stderr`` as they come (so they show in a notebook,
+   progress bars included), not line by line: mpiexec (hydra) has already
+   merged all ranks into one stream, each piece as a rank wrote it, and no
+   longer says whose a piece is. A line written in pieces can be cut by
+   another rank's output: ``print(..., end="")`` then more, or Python's own
+   8 KiB blocks when stdout is a pipe; ``print(..., flush=True)`` writes a
+   line in one piece.
 5. Whatever happens (an end, a rank's death, a timeout, the caller
    interrupted), ``mpiexec``, started in a session of its own, is stopped
    with everything it started (:func:`minidist.util.processes.stop_process_tree`:
@@ -44,10 +52,14 @@ filesystem they all see. Options of the "local" backend are those of
 
 from __future__ import annotations
 
+import io
+import marshal
 import os
 import sys
 import sysconfig
 import tempfile
+import types
+from collections import ChainMap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -137,7 +149,9 @@ def _pickle_by_value(fn: Callable[..., Any], args: tuple) -> bytes:
     for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps((fn, args))
+        buffer = io.BytesIO()
+        _KeepingFiles(buffer).dump((fn, args))
+        return buffer.getvalue()
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
@@ -159,3 +173,16 @@ def _is_user_code(module: ModuleType | None) -> bool:
         return False
     installed = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
     return not any(Path(where).resolve().is_relative_to(Path(p).resolve()) for p in installed)
+
+
+def _marshalled(code: types.CodeType) -> tuple:
+    return marshal.loads, (marshal.dumps(code),)
+
+
+class _KeepingFiles(cloudpickle.Pickler):
+    """cloudpickle, but code objects travel as ``marshal`` writes them (as a ``.pyc`` holds
+    them): whole, their file name included. cloudpickle 3.1 replaces it with
+    ``<dynamic-code>``, and a rank's traceback could then name no file and show no line.
+    The ranks run this same Python (one environment), so they read it back as it was."""
+
+    dispatch_table = ChainMap({types.CodeType: _marshalled}, cloudpickle.Pickler.dispatch_table)

@@ -41,10 +41,13 @@ stated time, with one line naming the rank, and leaves no process:
 
 So a job ends at most ``DEATH_GRACE + KILL_GRACE`` seconds after a rank
 dies; hydra usually ends it within a few hundredths of a second (README,
-"When a rank dies"). The command exits with 128 + the signal's number (137
-for SIGKILL) after a rank's death, 141 (SIGPIPE's) when its own output was
-closed (``| head``: the job is stopped, as a pipe's writer would be), else
-with mpiexec's status.
+"When a rank dies"). The command exits with the status the first guard's
+line names: 128 + the signal's number after a rank's death (137 for SIGKILL),
+3 after ``os._exit(3)``. Not mpiexec's: hydra ORs the wait statuses of all
+the ranks, those it killed itself included (3 << 8 | 9 reads as "killed by
+signal 9": exit status 9). With no guard's line, it exits with 141
+(SIGPIPE's) when its own output was closed (``| head``: the job is stopped,
+as a pipe's writer would be), else with mpiexec's status.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ exit $status
 GUARD_COMMAND = ("sh", "-c", RANK_GUARD, "sh")  # "sh": the guard's $0; the rank's words follow
 
 DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal (\d+)")
-FAILED_LINE = re.compile(r"minidist: rank \d+ \(pid \d+ on \S+\) (was killed|exited with)")
+FAILED_LINE = re.compile(r"minidist: rank \d+ \(pid \d+ on \S+\) "
+                         r"(was killed by signal|exited with status) (\d+)")
 
 
 @dataclass
@@ -133,13 +137,16 @@ class Death:
 @dataclass
 class JobEnd:
     """How a job ended: mpiexec's status (None if it was stopped), the deaths its guards
-    reported (the first is the cause), whether ``timeout`` ran out, when it ended."""
+    reported (the first is the cause), whether ``timeout`` ran out, when it ended, and
+    the exit status the first guard's line named (128 + signal for a death; None if no
+    guard spoke)."""
 
     returncode: int | None
     deaths: list[Death]
     timed_out: bool
     ended: float
     stderr_tail: list[str]
+    first_failure: int | None
 
 
 def guarded_command(ranks: int, program: Sequence[str], hostfile: str | os.PathLike | None = None,
@@ -167,7 +174,7 @@ def run_job(command: Sequence[str], env: dict[str, str], timeout: float | None =
 
 def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: str) -> JobEnd:
     deaths: list[Death] = []
-    failed: list[float] = []  # when a guard said its rank was killed or exited with an error
+    failed: list[tuple[float, int]] = []  # when a guard said its rank failed; the status named
     tail: list[str] = []
     news = threading.Event()  # the job ended, or a guard reported a death
     closed = threading.Event()  # our own output was closed (a pipe into `head`)
@@ -187,7 +194,7 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
             news.clear()
             if job.poll() is not None or closed.is_set():
                 break
-            limit = min(deadline, failed[0] + grace) if failed else deadline
+            limit = min(deadline, failed[0][0] + grace) if failed else deadline
             if time.monotonic() >= limit:
                 timed_out = not failed
                 break
@@ -198,15 +205,17 @@ def _follow(job: subprocess.Popen, timeout: float | None, grace: float, mark: st
         for helper in helpers:
             helper.join(KILL_GRACE)
     returncode = -signal.SIGPIPE if closed.is_set() else job.returncode
-    return JobEnd(returncode if not timed_out else None, deaths, timed_out, ended, tail)
+    return JobEnd(returncode if not timed_out else None, deaths, timed_out, ended, tail,
+                  failed[0][1] if failed else None)
 
 
 def _relay(pipe: Any, stream: Any, tail: list[str] | None,
-           ends: tuple[list[Death], list[float]] | None, news: threading.Event,
+           ends: tuple[list[Death], list[tuple[float, int]]] | None, news: threading.Event,
            closed: threading.Event) -> None:
     """Copy ``pipe`` to ``stream`` as it comes (progress bars included); keep the last
     lines in ``tail``; note each guard's death line in ``ends[0]``, and when any guard
-    said its rank was killed or exited with an error in ``ends[1]``. If ``stream`` was
+    said its rank was killed or exited with an error, with the exit status its line
+    names (128 + signal for a death), in ``ends[1]``. If ``stream`` was
     closed (``| head``), set ``closed`` and go on reading, so no rank blocks on a write:
     the job is then stopped, as a pipe's writer is by SIGPIPE."""
     decoder, line = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
@@ -223,13 +232,15 @@ def _relay(pipe: Any, stream: Any, tail: list[str] | None,
         for finished in complete:
             if tail is not None:
                 tail[:] = [*tail[-19:], finished + "\n"]
-            if ends is None or not FAILED_LINE.search(finished):
+            failure = FAILED_LINE.search(finished) if ends is not None else None
+            if not failure:
                 continue
             found = DEATH_LINE.search(finished)
             if found:
                 rank, pid, host, number = found.groups()
                 ends[0].append(Death(int(rank), int(pid), host, int(number)))
-            ends[1].append(time.monotonic())
+            killed, number = failure.group(1).startswith("was"), int(failure.group(2))
+            ends[1].append((time.monotonic(), 128 + number if killed else number))
             news.set()
     pipe.close()
 
@@ -250,7 +261,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
         return 2
     ranks = int(options["-n"])
-    command = guarded_command(ranks, argv, options.get("-f"))
+    try:
+        command = guarded_command(ranks, argv, options.get("-f"))
+    except ValueError as err:  # a hostfile mpiexec would misread (util.mpiexec.check_hostfile)
+        print(f"minidist mpirun: {err}", file=sys.stderr)
+        return 2
     try:
         end = run_job(command, rank_environment(ranks), grace=float(grace))
     except KeyboardInterrupt:  # the job is stopped already
@@ -259,9 +274,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = end.deaths[0]
         print(f"mpirun: {first}; the job ended {end.ended - first.seen:.2f} s later",
               file=sys.stderr)
-        return 128 + first.signal
     if end.returncode == -signal.SIGPIPE:  # our output closed: nothing more can be said
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if end.first_failure is not None:  # the guard's line named it: hydra's status may not
+        return end.first_failure
     if end.returncode is not None and end.returncode < 0:  # mpiexec stopped here, by a signal
         return 128 - end.returncode
     return end.returncode or 0
