@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
 import runpy
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,11 +32,23 @@ def main(argv: list[str] | None = None) -> int:
         return mpirun_main(rest)
     if command in ("example", "bench") and rest:
         package = "examples" if command == "example" else "bench"
-        sys.argv = [f"minidist.{package}.{rest[0]}", *rest[1:]]
-        runpy.run_module(f"minidist.{package}.{rest[0]}", run_name="__main__")
+        module = f"minidist.{package}.{rest[0]}"
+        if not rest[0].isidentifier() or importlib.util.find_spec(module) is None:
+            print(f"minidist {command}: no {command} named {rest[0]!r}; there are "
+                  f"{', '.join(_modules(package))}", file=sys.stderr)
+            return 2
+        sys.argv = [module, *rest[1:]]
+        runpy.run_module(module, run_name="__main__")
         return 0
     print(f"minidist: unknown command {' '.join(argv)!r}\n{__doc__}", file=sys.stderr)
     return 2
+
+
+def _modules(package: str) -> list[str]:
+    """The modules of ``minidist.<package>`` that run as a program (not its helpers)."""
+    found = importlib.util.find_spec(f"minidist.{package}").submodule_search_locations
+    return sorted(m.name for m in pkgutil.iter_modules(found)
+                  if '__name__ == "__main__"' in Path(found[0], f"{m.name}.py").read_text())
 
 
 if __name__ == "__main__":

@@ -92,6 +92,34 @@ def test_no_ranks_is_a_usage_error(capsys):
         assert "usage: minidist mpirun -n RANKS" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, wrong", [
+    (["-n", "0", "x.py"], "-n takes a number of ranks >= 1, not '0'"),
+    (["x.py"], "-n RANKS is required"),
+    (["-n", "2"], "no program to run"),
+    (["-n", "2", "--grace", "abc", "x.py"], "--grace takes seconds, not 'abc'"),
+])
+def test_a_usage_error_says_which_part_is_wrong_and_help_describes_each_option(
+        argv, wrong, capsys):
+    """Each printed the usage line alone, and --help was a usage error too."""
+    assert mpirun_main(argv) == 2
+    assert f"minidist mpirun: {wrong}" in capsys.readouterr().err
+    assert mpirun_main(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert all(option in said for option in ("-n RANKS ", "-f HOSTFILE ", "--grace SECONDS "))
+
+
+@pytest.mark.parametrize("command", ["example", "bench"])
+def test_an_unknown_example_or_benchmark_is_named_with_those_there_are(command, capsys):
+    """It ended in runpy's ImportError traceback."""
+    from minidist.cli import main
+
+    assert main([command, "mlpp"]) == 2
+    said = capsys.readouterr().err
+    assert f"no {command} named 'mlpp'; there are " in said
+    assert ("mlp_ddp" if command == "example" else "allreduce") in said
+    assert "options" not in said.split("there are ")[1]  # a helper, not a program
+
+
 def test_python_dash_m_minidist_is_the_minidist_command():
     done = subprocess.run([sys.executable, "-m", "minidist", "--help"], capture_output=True,
                           text=True, timeout=60)

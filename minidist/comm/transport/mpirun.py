@@ -245,20 +245,41 @@ def _relay(pipe: Any, stream: Any, tail: list[str] | None,
     pipe.close()
 
 
+USAGE = ("usage: minidist mpirun -n RANKS [-f HOSTFILE] [--grace SECONDS] "
+         "(-m MODULE | SCRIPT) ARGS...")
+HELP = f"""{USAGE}
+
+Run PROGRAM on RANKS ranks, as mpiexec -n RANKS python -m mpi4py PROGRAM would,
+each rank under a guard: a rank killed by a signal, or exiting with an error,
+ends the whole job at once, and one line names it.
+
+  -n RANKS         ranks to start (at least 1)
+  -f HOSTFILE      hosts to start them on (MPICH: HOST[:SLOTS] a line)
+  --grace SECONDS  how long the other ranks may take to end after one failed,
+                   before they are stopped (default {DEATH_GRACE:g})
+
+Exit status: that of the first rank that failed (128 + the signal after a
+kill), else mpiexec's; 2 for a usage error."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``-n RANKS [-f HOSTFILE] [--grace SECONDS] (-m MODULE | SCRIPT) ARGS...``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(HELP)
+        return 0
     options: dict[str, str] = {}
-    while argv and argv[0] in ("-n", "-f", "--grace"):
-        if len(argv) < 2:
-            break
+    while argv and argv[0] in ("-n", "-f", "--grace") and len(argv) >= 2:
         options[argv[0]] = argv[1]
         argv = argv[2:]
     grace = options.get("--grace", str(DEATH_GRACE))
-    if ("-n" not in options or not argv or not options["-n"].isdigit()
-            or int(options["-n"]) < 1 or not grace.replace(".", "", 1).isdigit()):
-        print("usage: minidist mpirun -n RANKS [-f HOSTFILE] "
-              "[--grace SECONDS] (-m MODULE | SCRIPT) ARGS...", file=sys.stderr)
+    wrong = ("-n RANKS is required" if "-n" not in options else
+             f"-n takes a number of ranks >= 1, not {options['-n']!r}"
+             if not options["-n"].isdigit() or int(options["-n"]) < 1 else
+             f"--grace takes seconds, not {grace!r}" if not grace.replace(".", "", 1).isdigit()
+             else "no program to run (-m MODULE or SCRIPT)" if not argv else None)
+    if wrong:
+        print(f"{USAGE}\nminidist mpirun: {wrong}", file=sys.stderr)
         return 2
     ranks = int(options["-n"])
     try:
