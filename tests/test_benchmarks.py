@@ -205,7 +205,7 @@ def test_scaling_sweep_prints_every_p_checks_the_simulator_and_plots(tmp_path):
     ("allreduce", ["--sizes", "abc"], "argument --sizes: wants a positive size in bytes"),
     ("allreduce", ["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     ("allreduce", ["--algorithms", "ring,bogus"], "argument --algorithms: 'bogus' is not one"),
-    ("allreduce", ["-n", "0"], "argument -n/--ranks: wants an integer >= 1, got '0'"),
+    ("allreduce", ["-n", "1"], "argument -n/--ranks: wants an integer >= 2, got '1'"),
     ("checkpointing", ["--batch", "0"], "argument --batch: wants an integer >= 1, got '0'"),
     ("autograd", ["--steps", "0"], "argument --steps: wants an integer >= 1, got '0'"),
     ("placement", ["--iters", "0"], "argument --iters: wants an integer >= 1, got '0'"),

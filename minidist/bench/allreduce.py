@@ -237,8 +237,9 @@ def plot(rows: list[dict], path: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--ranks", type=integer(1), default=2,
-                        help="ranks to launch under mpiexec when not already under MPI")
+    parser.add_argument("-n", "--ranks", type=integer(2), default=2,
+                        help="ranks to launch under mpiexec when not already under MPI "
+                             "(at least 2: the model is fitted on exchanges between ranks)")
     parser.add_argument("--sizes", type=listing(size), help="comma-separated sizes, e.g. "
                         "8,64K,64M (default: 8 B to 64 MiB by factors of --factor)")
     parser.add_argument("--factor", type=integer(2), default=4)
@@ -267,11 +268,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    from minidist.comm.transport.world import running_under_mpi, world
+    from minidist.comm.transport.world import exit_together, running_under_mpi, world
 
     if not running_under_mpi():
         return run_module_under_mpi("minidist.bench.allreduce", args.ranks, argv)
     c = world()
+    if c.size < 2:  # one rank alone: the fit's exchanges would have no peer
+        print(f"bench.allreduce: needs at least 2 ranks, mpiexec started {c.size}",
+              file=sys.stderr)
+        exit_together(2)
     sizes = args.sizes or default_sizes(8, args.max_size, args.factor)
     algorithms = args.algorithms
     dtype = np.dtype(args.dtype)

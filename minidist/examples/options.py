@@ -33,6 +33,7 @@ from contextlib import contextmanager
 
 from minidist import backend
 from minidist.comm import Communicator, LocalCommunicator
+from minidist.comm.transport.world import exit_together
 from minidist.util.arguments import (  # noqa: F401 (the examples')
     image_file,
     integer,
@@ -79,11 +80,12 @@ def check_global_batch(global_batch: int, ranks: int) -> None:
 
 @contextmanager
 def options_checked(example: str, c: Communicator) -> Iterator[None]:
-    """A ValueError raised inside: ``example (rank r): message`` on stderr, then exit 2."""
+    """A ValueError raised inside: ``example (rank r): message`` on stderr, then exit 2
+    (under MPI after a clean ``MPI_Finalize``, every rank having said it)."""
     try:
         yield
     except ValueError as err:
         sys.stderr.write(f"{example} (rank {c.rank}): {err}\n")  # one write: lines stay whole
         sys.stderr.flush()
         c.barrier()  # every rank has said it before the first one's exit ends the job
-        raise SystemExit(2) from None
+        exit_together(2)
