@@ -34,7 +34,7 @@ two nearest points (held flat outside them); ``alpha``, ``beta`` and
 Which n? Where the bytes live depends on all the memory a collective
 touches, so an allreduce on an N-byte vector prices every one of its
 messages and reductions at β(N) and γ(N) (:meth:`NetworkModel.at`), while a
-lone message is priced at its own size. The formulas of ``cost.py`` keep
+lone message is priced at its own size. The formulas of ``cost/model.py`` keep
 their shape; only the price of a byte now depends on the size of the job.
 
 Where the numbers come from:
