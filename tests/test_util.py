@@ -23,6 +23,7 @@ from minidist.util.answers import answers_to, dotted_name, lab_answer
 from minidist.util.download import ChecksumError, DownloadError, cache_folder, fetch, verify
 from minidist.util.mpiexec import (
     ONE_THREAD,
+    mpi_vendor,
     mpiexec_command,
     rank_environment,
     run_module_under_mpi,
@@ -234,8 +235,11 @@ def test_mpiexec_command_is_the_one_next_to_python(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "mpiexec")):
         mpiexec_command(2, ["-m", "x"])
     (tmp_path / "mpiexec").touch()
-    assert mpiexec_command(3, ["-m", "x", "--flag"], "hosts", ["-ppn", "1"]) == [
-        str(tmp_path / "mpiexec"), "-f", "hosts", "-ppn", "1", "-n", "3",
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    assert mpiexec_command(3, ["-m", "x", "--flag"], hosts, ["-ppn", "1"]) == [
+        str(tmp_path / "mpiexec"), "-f" if mpi_vendor() == "mpich" else "--hostfile",
+        str(hosts), "-ppn", "1", "-n", "3",
         str(tmp_path / "python"), "-m", "mpi4py", "-m", "x", "--flag"]
     with pytest.raises(ValueError, match="at least one rank, got 0"):
         mpiexec_command(0, ["-m", "x"])
