@@ -267,7 +267,7 @@ def test_hyper_parameters_set_by_hand_after_construction_are_checked_at_each_ste
     params = make_params()
     opt = cls([{"params": params[:1]}, {"params": params[1:]}], lr=0.1)
     for p, g in zip(params, gradient_sequence()[0], strict=True):
-        p.grad = g
+        p.grad = backend.xp().array(g)
     before = [p.numpy().copy() for p in params]
     opt.param_groups[1][name] = value
     with pytest.raises(ValueError, match=rf"param_groups\[1\]: {name} must .*got "
