@@ -168,3 +168,57 @@ def test_mlp_ddp_resumed_in_the_middle_of_an_epoch_ends_as_if_never_stopped(tmp_
     for mine, theirs in zip(whole["model"].parameters(), resumed["model"].parameters(),
                             strict=True):
         np.testing.assert_array_equal(theirs.numpy(), mine.numpy())
+
+
+def test_a_later_step_left_by_another_run_is_removed_not_the_one_just_written(tmp_path):
+    """A run started afresh in a folder holding steps 500 and 1000 of an earlier one lost
+    every save until step 1000 (the keep newest by name), and a resume took step 1000."""
+    model, opt = trained(seed=0, steps=1)
+    for step in (500, 1000):
+        save_checkpoint(tmp_path, step, model, opt, ONE)
+    (tmp_path / "step-best.npz").write_bytes(b"the user's own")
+    written = save_checkpoint(tmp_path, 100, model, opt, ONE, keep=1)
+    assert written.exists() and latest_checkpoint(tmp_path) == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000100.npz", "step-best.npz"]
+
+
+def test_a_checkpoint_file_instead_of_its_folder_is_refused(tmp_path):
+    """It returned None: the run started from scratch without a word."""
+    model, opt = trained(seed=0, steps=1)
+    path = save_checkpoint(tmp_path, 10, model, opt, ONE)
+    with pytest.raises(ValueError, match="is a file; pass the folder that holds"):
+        load_checkpoint(path, model, opt, ONE)
+
+
+def test_a_refused_optimiser_state_leaves_the_model_as_it_was(tmp_path):
+    """The model was loaded before the optimiser refused another optimiser's state."""
+    model, opt = trained(seed=0, steps=2)
+    save_checkpoint(tmp_path, 2, model, opt, ONE)
+    other = md.nn.MLP([5, 8, 3], dtype=np.float64, rng=1)
+    before = [p.numpy().copy() for p in other.parameters()]
+    with pytest.raises(ValueError, match="another optimizer's"):
+        load_checkpoint(tmp_path, other, md.optim.SGD(other.parameters(), lr=0.1), ONE)
+    for param, value in zip(other.parameters(), before, strict=True):
+        np.testing.assert_array_equal(param.numpy(), value)
+
+
+def test_optimiser_state_takes_the_dtype_of_the_model_it_resumes(tmp_path):
+    """A float32 run's Adam moments stayed float32 in a float64 model resumed from it."""
+    model = md.nn.MLP([5, 8, 3], dtype=np.float32, rng=0)
+    opt = md.optim.Adam(model.parameters(), lr=0.01)
+    one_step(model, opt)
+    save_checkpoint(tmp_path, 1, model, opt, ONE)
+    wide = md.nn.MLP([5, 8, 3], dtype=np.float64, rng=0)
+    wide_opt = md.optim.Adam(wide.parameters(), lr=0.01)
+    load_checkpoint(tmp_path, wide, wide_opt, ONE)
+    states = [a for entry in wide_opt.state.values() for a in entry.values()
+              if hasattr(a, "dtype") and np.dtype(a.dtype).kind == "f"]
+    assert states and all(np.dtype(a.dtype) == np.float64 for a in states)
+
+
+def test_rng_given_for_a_checkpoint_that_holds_none_is_refused(tmp_path):
+    """The generator stayed at its seed while the model went on from the checkpoint."""
+    model, opt = trained(seed=0, steps=1)
+    save_checkpoint(tmp_path, 1, model, opt, ONE)
+    with pytest.raises(ValueError, match="holds no random generator's state"):
+        load_checkpoint(tmp_path, model, opt, ONE, rng=np.random.default_rng(0))

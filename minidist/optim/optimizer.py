@@ -131,15 +131,23 @@ class Optimizer:
                                      f"{value.shape}, the parameter {shape}")
         for group, saved in zip(self.param_groups, groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
-        xp = backend.xp()
-        self.state = {
-            id(params[int(i)]): {name: xp.array(value) if hasattr(value, "shape") else value
-                                 for name, value in entry.items()}
-            for i, entry in state_dict["state"].items()}
+        self.state = {id(params[int(i)]): {name: _to_device(value, params[int(i)].data.dtype)
+                                           for name, value in entry.items()}
+                      for i, entry in state_dict["state"].items()}
 
 
 def _to_host(value: Any) -> Any:
     return backend.to_numpy(value).copy() if hasattr(value, "shape") else value
+
+
+def _to_device(value: Any, dtype: np.dtype) -> Any:
+    """A saved state array on the device, floating point in its parameter's ``dtype`` (as
+    the model's values are loaded: a float32 checkpoint resumed in float64 trains on in
+    float64); counters keep theirs."""
+    if not hasattr(value, "shape"):
+        return value
+    floating = np.dtype(value.dtype).kind == "f" and np.dtype(dtype).kind == "f"
+    return backend.xp().array(value, dtype=dtype if floating else None)
 
 
 # ---- beneath the updates: cache blocking ------------------------------------------------------

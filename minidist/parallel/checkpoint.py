@@ -81,9 +81,15 @@ def checkpoint_path(folder: str | os.PathLike, step: int) -> Path:
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint in ``folder`` (temporary files are not checkpoints)."""
-    found = [(int(m[1]), p) for p in Path(folder).glob("step-*.npz")
-             if (m := NAME.fullmatch(p.name))]
-    return max(found)[1] if found else None
+    found = _checkpoints(folder)
+    return found[-1][1] if found else None
+
+
+def _checkpoints(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The checkpoints in ``folder`` by step, oldest first (files named otherwise are
+    someone else's)."""
+    return sorted((int(m[1]), p) for p in Path(folder).glob("step-*.npz")
+                  if (m := NAME.fullmatch(p.name)))
 
 
 def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimizer: Any,
@@ -92,7 +98,10 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
                     scheduler: Any = None) -> Path | None:
     """Rank 0 writes the checkpoint of ``step`` atomically and keeps the ``keep`` newest;
     returns its path there, None on the other ranks (which do nothing). ``scheduler``:
-    an ``LRScheduler`` whose state is saved too."""
+    an ``LRScheduler`` whose state is saved too.
+
+    A checkpoint of a later step already in ``folder`` is another run's (this one
+    started afresh there): it is removed, or a resume would take it for this run's."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     whole("step", step)  # step--0000005.npz would never be found again
@@ -118,9 +127,11 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
         os.fsync(file.fileno())                      # 2. on the disk
     os.replace(temporary, target)                    # 3. whole, under its name
     _fsync_folder(target.parent)                     # 4. the rename on the disk too
-    older = sorted(Path(folder).glob("step-*.npz"))[:-keep]  # zero-padded: sorted by step
-    for path in [*older, *Path(folder).glob(".step-*.tmp")]:  # and what a crash left half done
-        path.unlink(missing_ok=True)
+    found = _checkpoints(folder)
+    stale = [path for saved, path in found if saved > step]  # another run's
+    older = [path for saved, path in found if saved <= step][:-keep]
+    for path in [*stale, *older, *Path(folder).glob(".step-*.tmp")]:  # and what a crash
+        path.unlink(missing_ok=True)                                  # left half done
     return target
 
 
@@ -129,12 +140,19 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
                     scheduler: Any = None) -> Checkpoint | None:
     """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
     ``rng``, ``scheduler``: built before, as for the first run) on every rank; None,
-    changing nothing, when there is none."""
+    changing nothing, when there is none. A checkpoint refused (another optimiser, other
+    shapes, another number of ranks) changes nothing either."""
     _check_has_state(optimizer, scheduler)
-    newest = latest_checkpoint(folder) if comm.rank == 0 and Path(folder).is_dir() else None
-    mine = np.array([int(NAME.fullmatch(newest.name)[1]) if newest else -1], np.int64)
-    # communication: rank 0 names the checkpoint every rank loads (-1: none)
-    step = int(broadcast(mine, comm)[0])
+    step = -1  # none
+    if comm.rank == 0:
+        newest = latest_checkpoint(folder) if Path(folder).is_dir() else None
+        step = -2 if Path(folder).is_file() else int(NAME.fullmatch(newest.name)[1]) \
+            if newest else -1
+    # communication: rank 0 names the checkpoint every rank loads (-1: none; -2: a file)
+    step = int(broadcast(np.array([step], np.int64), comm)[0])
+    if step == -2:
+        raise ValueError(f"load_checkpoint: {folder} is a file; pass the folder that holds "
+                         "the checkpoints (the newest is loaded)")
     if step < 0:
         return None
     path = checkpoint_path(folder, step)
@@ -145,11 +163,15 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
                              f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
                              "afresh in another folder")
         _check_scheduler(path, meta.get("scheduler"), scheduler)  # before anything changes
+        _check_rng(path, meta["rng"], rng)
+        before = model.state_dict()  # put back if the optimiser refuses its state
         model.load_state_dict(_join(meta["model"], saved))
-        optimizer.load_state_dict(_join(meta["optim"], saved))
-    if meta["rng"] is not None:
-        if rng is None:
-            raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
+        try:
+            optimizer.load_state_dict(_join(meta["optim"], saved))
+        except (ValueError, KeyError, TypeError):
+            model.load_state_dict(before)
+            raise
+    if rng is not None:
         rng.bit_generator.state = meta["rng"]
     if scheduler is not None:
         scheduler.load_state_dict(meta["scheduler"])
@@ -163,6 +185,16 @@ def _check_has_state(optimizer: Any, scheduler: Any = None) -> None:
                 getattr(holder, "state_dict", None)):
             raise TypeError(f"a checkpoint holds the {what}'s state_dict, but a "
                             f"{type(holder).__name__} has none")
+
+
+def _check_rng(path: Path, saved: Any, rng: np.random.Generator | None) -> None:
+    """A generator's state is restored only into a generator, and ``rng=`` only from one
+    (else it would go on from its seed while the model went on from the checkpoint)."""
+    if saved is not None and rng is None:
+        raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
+    if saved is None and rng is not None:
+        raise ValueError(f"{path} holds no random generator's state (saved without rng=): "
+                         "load it without rng=, or start afresh")
 
 
 def _check_scheduler(path: Path, saved: Any, scheduler: Any) -> None:
