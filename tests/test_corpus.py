@@ -75,6 +75,14 @@ def test_a_file_that_is_not_utf8_is_a_value_error_naming_it_and_its_byte(tmp_pat
 # ---------------------------------------------------------------- vocabulary
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    """A file saved by Notepad began with U+FEFF: the vocabulary held 'the' and '\ufeffthe'."""
+    path = tmp_path / "bom.txt"
+    path.write_bytes("the cat\nthe dog\n".encode("utf-8-sig"))
+    words = [t for piece in iter_file_pieces(path) for t in piece.tokens]
+    assert words == ["the", "cat", "the", "dog"]
+
+
 def test_vocabulary_order_min_count_and_max_size():
     lines = [["b", "a", "c", "a", "d"], ["c", "b", "e", "a", "b", "c"], ["d", "z"]]
     counts = Counter(token for line in lines for token in line)  # a3 b3 c3 d2 e1 z1

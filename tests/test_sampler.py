@@ -108,3 +108,12 @@ def test_bad_arguments_are_named(args, words):
     for bad in (0, 2.5):
         with pytest.raises(ValueError, match="batch_size"):
             DistributedSampler(10, 2, 0, batch_size=bad)
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5])
+def test_a_seed_that_cannot_seed_is_refused_when_the_sampler_is_made(seed):
+    """It was taken, and the first pass failed (None: a TypeError comparing None and 0)."""
+    with pytest.raises(ValueError, match=rf"seed must be an integer >= 0, got {seed!r}"):
+        BatchSampler(10, 2, seed=seed)
+    with pytest.raises(ValueError, match="seed must be"):
+        DistributedSampler(10, 2, 0, seed=seed)

@@ -64,7 +64,7 @@ class BatchSampler:
         self.num_samples = whole("num_samples", num_samples)
         self.batch_size = whole("batch_size", batch_size, least=1)  # 2.5 would skip samples
         self.shuffle = shuffle
-        self.seed = seed
+        self.seed = whole("seed", seed)  # (seed, epoch) seeds numpy: no None, none < 0
         self.drop_last = drop_last
         self.epoch = 0
 

@@ -89,7 +89,7 @@ def iter_file_pieces(path: str | os.PathLike,
     Cost: one sequential read of the file; memory O(max_chars). A file that is not
     UTF-8 raises :class:`CorpusError` (a ValueError) naming it and its first bad byte.
     """
-    with open(path, encoding="utf-8") as file:
+    with open(path, encoding="utf-8-sig") as file:  # -sig: a leading BOM is no character
         carried, ends_line = "", True  # carried: the start of a token cut by the last read
         while text := _read_line(file, path, max_chars):
             ends_line = text.endswith("\n")
