@@ -445,3 +445,14 @@ def test_load_mnist_download_uses_the_mirrors(tmp_path, fake_mirror, monkeypatch
     train, test = load_mnist(download=True)
     assert (len(train), len(test)) == (12, 5)
     assert (tmp_path / "data" / "mnist" / "train-images-idx3-ubyte.gz").exists()
+
+
+@pytest.mark.parametrize("size, context, word", [(3, -1, "context"), (3, 0, "context"),
+                                                 (-2, 4, "size")])
+def test_character_windows_of_no_length_are_refused(size, context, word):
+    """context=-1 gave empty windows of shape (3, 0)."""
+    from minidist.data.characters import CharacterText
+
+    text = CharacterText.generate(seed=0, num_tokens=200)
+    with pytest.raises(ValueError, match=rf"{word} must be an integer >= "):
+        text.batch(np.random.default_rng(0), size, context)

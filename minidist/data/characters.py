@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minidist.data.synthetic_language import generate_corpus
+from minidist.util.values import whole
 
 
 @dataclass
@@ -35,6 +36,7 @@ class CharacterText:
     def batch(self, rng: np.random.Generator, size: int,
               context: int) -> tuple[np.ndarray, np.ndarray]:
         """``size`` random windows: inputs (size, context) and next characters (size, context)."""
+        size, context = whole("size", size), whole("context", context, least=1)
         if len(self.ids) <= context:
             raise ValueError(f"the text has {len(self.ids)} characters, fewer than a window "
                              f"of {context + 1}")
