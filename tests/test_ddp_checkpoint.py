@@ -222,3 +222,16 @@ def test_rng_given_for_a_checkpoint_that_holds_none_is_refused(tmp_path):
     save_checkpoint(tmp_path, 1, model, opt, ONE)
     with pytest.raises(ValueError, match="holds no random generator's state"):
         load_checkpoint(tmp_path, model, opt, ONE, rng=np.random.default_rng(0))
+
+
+def test_a_damaged_checkpoint_is_named_with_the_way_on(tmp_path):
+    """A truncated newest file raised a bare BadZipFile naming nothing."""
+    model, opt = trained(seed=0, steps=1)
+    save_checkpoint(tmp_path, 1, model, opt, ONE)
+    newest = save_checkpoint(tmp_path, 2, model, opt, ONE)
+    newest.write_bytes(newest.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"step-00000002\.npz is no readable checkpoint .*"
+                                         r"remove it to resume from the one before"):
+        load_checkpoint(tmp_path, model, opt, ONE)
+    newest.unlink()
+    assert load_checkpoint(tmp_path, model, opt, ONE).step == 1

@@ -53,6 +53,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,26 +158,38 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
     if step < 0:
         return None
     path = checkpoint_path(folder, step)
-    with np.load(path) as saved:
-        meta = json.loads(saved["meta"].item())
-        if meta.get("ranks", comm.size) != comm.size:  # the same on every rank: no hang
-            raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
-                             f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
-                             "afresh in another folder")
-        _check_scheduler(path, meta.get("scheduler"), scheduler)  # before anything changes
-        _check_rng(path, meta["rng"], rng)
-        before = model.state_dict()  # put back if the optimiser refuses its state
-        model.load_state_dict(_join(meta["model"], saved))
-        try:
-            optimizer.load_state_dict(_join(meta["optim"], saved))
-        except (ValueError, KeyError, TypeError):
-            model.load_state_dict(before)
-            raise
+    meta, model_state, optim_state = _read(path)
+    if meta.get("ranks", comm.size) != comm.size:  # the same on every rank: no hang
+        raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
+                         f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
+                         "afresh in another folder")
+    _check_scheduler(path, meta.get("scheduler"), scheduler)  # before anything changes
+    _check_rng(path, meta["rng"], rng)
+    before = model.state_dict()  # put back if the optimiser refuses its state
+    model.load_state_dict(model_state)
+    try:
+        optimizer.load_state_dict(optim_state)
+    except (ValueError, KeyError, TypeError):
+        model.load_state_dict(before)
+        raise
     if rng is not None:
         rng.bit_generator.state = meta["rng"]
     if scheduler is not None:
         scheduler.load_state_dict(meta["scheduler"])
     return Checkpoint(meta["step"], meta["extra"], path)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The checkpoint's description, model state and optimiser state, read whole before
+    anything changes; a file that is no checkpoint (damaged after it was written: a save
+    is atomic) is named, with the way on."""
+    try:
+        with np.load(path) as saved:
+            meta = json.loads(saved["meta"].item())
+            return meta, _join(meta["model"], saved), _join(meta["optim"], saved)
+    except (KeyError, ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as err:
+        raise ValueError(f"{path} is no readable checkpoint ({type(err).__name__}: {err}); "
+                         "remove it to resume from the one before") from err
 
 
 def _check_has_state(optimizer: Any, scheduler: Any = None) -> None:
