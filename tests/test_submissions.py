@@ -65,11 +65,52 @@ def test_a_second_submission_is_one_note_on_the_graded_one(tmp_path):
                              "frank/lab01_autograd/lab01_autograd.ipynb)"]
 
 
-def test_a_notebook_loose_in_a_students_folder_is_a_row_saying_where_it_goes(tmp_path):
+def test_a_notebook_loose_in_a_students_folder_is_its_labs_or_a_row_saying_where_it_goes(
+        tmp_path):
+    """Named as a lab's only notebook, it is that lab's (it was refused); else the row says
+    where it goes."""
     (tmp_path / "gus").mkdir()
     (tmp_path / "gus" / "lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "gus" / "answers.ipynb").write_text(NOTEBOOK)
+    subs = collect(tmp_path, RELEASE)
+    assert [(s.student, s.lab) for s in subs] == [("gus", "?"), ("gus", "lab01_autograd")]
+    assert "put it in gus/<lab>/" in subs[0].problem and subs[1].problem is None
+
+
+def test_names_as_students_and_their_tools_make_them(tmp_path):
+    """A download's "(1)", a resubmission's "-2", capitals, a renamed copy, an HTML export
+    beside the notebook, an empty file and a zip: each was a zero to untangle by hand."""
+    files = {"carol_lab01_autograd.ipynb": NOTEBOOK, "carol_lab01_autograd (1).ipynb": NOTEBOOK,
+             "dan_lab01_autograd-1.ipynb": NOTEBOOK, "dan_lab01_autograd-2.ipynb": NOTEBOOK,
+             "Bob_Lab01_Autograd.ipynb": NOTEBOOK, "dave_lab01_autograd.html": "<html>",
+             "dave_lab01_autograd.ipynb": NOTEBOOK, "empty_lab01_autograd.ipynb": "",
+             "erin_lab01_autograd.zip": "PK\x03\x04 and the rest"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "alice" / "lab01_autograd").mkdir(parents=True)
+    (tmp_path / "alice" / "lab01_autograd" / "lab01_autograd-Copy1.ipynb").write_text(NOTEBOOK)
+    subs = {s.student: s for s in collect(tmp_path, RELEASE)}
+    graded = {student: [p.name for p in s.notebooks.values()] for student, s in subs.items()}
+    assert graded == {"alice": ["lab01_autograd-Copy1.ipynb"], "Bob": ["Bob_Lab01_Autograd.ipynb"],
+                      "carol": ["carol_lab01_autograd (1).ipynb"],
+                      "dan": ["dan_lab01_autograd-2.ipynb"], "dave": ["dave_lab01_autograd.ipynb"],
+                      "empty": ["empty_lab01_autograd.ipynb"], "erin": ["erin_lab01_autograd.zip"]}
+    assert all(subs[s].problem is None for s in ("alice", "Bob", "carol", "dan", "dave"))
+    assert subs["alice"].notes == ["lab01_autograd-Copy1.ipynb was graded as lab01_autograd.ipynb"]
+    assert "ignored (dave_lab01_autograd.html; graded" in subs["dave"].notes[0]
+    assert "ignored (dan_lab01_autograd-1.ipynb; graded" in subs["dan"].notes[0]
+    assert subs["empty"].problem.endswith("is empty: submit the notebook saved with your answers")
+    assert subs["erin"].problem.endswith("is a zip archive: submit the .ipynb notebook itself")
+
+
+def test_edited_grading_metadata_is_a_sentence_not_a_crash(tmp_path):
+    """A grade_id made a list crashed the run (unhashable), and the class's grades.csv
+    was never written."""
+    notebook = json.loads(NOTEBOOK)
+    notebook["cells"][0]["metadata"]["nbgrader"]["grade_id"] = ["answer"]
+    (tmp_path / "zed_lab01_autograd.ipynb").write_text(json.dumps(notebook))
     (sub,) = collect(tmp_path, RELEASE)
-    assert sub.student == "gus" and "put it in gus/<lab>/" in sub.problem
+    assert "the grading metadata of cell 1 was edited" in sub.problem
 
 
 def test_flat_files_beside_submitted_are_read_too(tmp_path):
@@ -112,3 +153,25 @@ def test_bad_input_is_a_usage_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_graders_failure_on_one_submission_is_that_students_zero(tmp_path, monkeypatch):
+    """grade_all mapped grade_one over the class unguarded: one exception ended the run
+    after everyone was graded, and no grades.csv was written."""
+    from minidist.course.grade import Grader, Release
+    from minidist.course.submissions import Submission
+
+    grader = object.__new__(Grader)  # no release built: grade_one is replaced below
+    grader.release = Release(tmp_path, {}, {"lab01_autograd": 26.0}, {})
+    pages = []
+    monkeypatch.setattr(grader, "_write_problem_page", pages.append, raising=False)
+
+    def grade_one(sub, hide):
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(grader, "grade_one", grade_one, raising=False)
+    result = grader.guarded(Submission("zed", "lab01_autograd", notes=["a note"]), [])
+    assert (result.student, result.score, result.max_score) == ("zed", 0.0, 26.0)
+    assert result.problems == ["the grader failed on this submission (TypeError: unhashable "
+                               "type: 'list'); the instructor will look at it", "a note"]
+    assert pages == [result]

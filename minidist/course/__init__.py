@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     class_cmd.add_argument("--lab", action="append", help="only this lab (repeatable)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    if not (root / "solutions").is_dir():
+        parser.error(f"--root {args.root}: not the course's folder (it holds no solutions/)")
     known = sorted(p.name for p in (root / "solutions").glob("lab*") if p.is_dir())
     unknown = [lab for lab in (getattr(args, "labs", None) or getattr(args, "lab", None) or [])
                if lab not in known]
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown lab {', '.join(unknown)} (labs: {', '.join(known)})")
     if args.command == "grade" and not args.folder.is_dir():
         parser.error(f"{args.folder}: no such folder (grade takes the folder of submissions)")
+    if args.command == "grade" and args.out is not None and args.out.exists() \
+            and not args.out.is_dir():
+        parser.error(f"--out {args.out}: a file, not a folder (grades.csv and the feedback "
+                     "go in it)")
 
     if args.command == "release":
         from minidist.course.release import release

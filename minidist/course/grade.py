@@ -28,6 +28,7 @@ students at a time.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import json
@@ -140,9 +141,23 @@ class Grader:
         hide = [self.root / name for name in ("solutions", "grading", "tests", ".git")]
         hide += [folder.resolve(), self.out.resolve()]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(lambda s: self.grade_one(s, hide), submissions))
+            results = list(pool.map(lambda s: self.guarded(s, hide), submissions))
         self.write_csv(results)
         return results
+
+    def guarded(self, sub: Submission, hide: list[Path]) -> GradeResult:
+        """``grade_one``, its failure one student's zero with a sentence: a notebook no
+        check foresaw once ended the run, and the class's grades.csv with it."""
+        try:
+            return self.grade_one(sub, hide)
+        except Exception as error:  # the grader's own failure, on this submission only
+            result = GradeResult(sub.student, sub.lab, 0.0,
+                                 self.release.max_scores.get(sub.lab, 0.0),
+                                 [f"the grader failed on this submission ({type(error).__name__}"
+                                  f": {error}); the instructor will look at it", *sub.notes])
+            with contextlib.suppress(Exception):
+                self._write_problem_page(result)
+            return result
 
     def grade_one(self, sub: Submission, hide: list[Path]) -> GradeResult:
         started = time.perf_counter()

@@ -50,10 +50,17 @@ def safe_id(name: str) -> str:
 
 def notebook_problem(path: Path) -> str | None:
     """Why ``path`` is not a gradable notebook, in one sentence, or None."""
-    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-        return f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MB"
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return (f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MB (saved outputs, "
+                "most likely): clear all outputs, save, and submit it again")
+    if size == 0:
+        return f"{path.name} is empty: submit the notebook saved with your answers"
+    data = path.read_bytes()
+    if data.startswith(b"PK\x03\x04"):
+        return f"{path.name} is a zip archive: submit the .ipynb notebook itself"
     try:
-        notebook = json.loads(path.read_bytes())
+        notebook = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
         return f"{path.name} is not a notebook (not JSON: {error})"
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
@@ -65,6 +72,12 @@ def notebook_problem(path: Path) -> str | None:
         return (f"{path.name} has no grading metadata (the nbgrader data hidden in its cells "
                 "was removed, as a tool that strips metadata does), so nothing in it can be "
                 "graded: submit the notebook released for this lab with your answers filled in")
+    edited = next((i for i, cell in enumerate(notebook["cells"], 1)
+                   if not isinstance(_nbgrader(cell).get("grade_id", ""), str)), None)
+    if edited is not None:
+        return (f"{path.name}: the grading metadata of cell {edited} was edited (its grade_id "
+                "is no name), so it cannot be graded: submit the notebook released for this "
+                "lab with your answers filled in")
     return None
 
 
@@ -112,11 +125,27 @@ def restore_locked_cells(notebook: dict, release: dict) -> list[str]:
     return restored
 
 
+# what a download or a resubmission adds to a name: "name (1)", Canvas's "name-1",
+# Jupyter's "name-Copy1"
+RESUBMITTED = re.compile(r"(?: ?\((\d+)\)|-(\d+)|-Copy(\d*))$", re.IGNORECASE)
+
+
 def _split_flat_name(stem: str, labs: list[str]) -> tuple[str, str] | None:
+    """(student, lab) of ``<student>_<lab>``, the lab matched whatever its case and with a
+    download's or resubmission's suffix after it."""
+    bare = RESUBMITTED.sub("", stem)
     for lab in sorted(labs, key=len, reverse=True):
-        if stem.endswith("_" + lab) and len(stem) > len(lab) + 1:
-            return stem[: -len(lab) - 1], lab
+        if bare.lower().endswith("_" + lab.lower()) and len(bare) > len(lab) + 1:
+            return bare[: -len(lab) - 1], lab
     return None
+
+
+def _newest_first(path: Path) -> tuple:
+    """Sort key: a name's copies together, the highest resubmission number first, a
+    notebook (.ipynb) before anything else of the same name (an HTML export beside it)."""
+    found = RESUBMITTED.search(path.stem)
+    number = int(next(filter(None, found.groups()), "0") or 0) if found else -1
+    return RESUBMITTED.sub("", path.stem).lower(), -number, path.suffix != ".ipynb", path.name
 
 
 def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
@@ -125,6 +154,10 @@ def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
         return Submission(safe_id(path.stem), "?", problem=f"{path.name} is named for no "
                           f"known lab (expected <student>_<lab>.ipynb, labs: {', '.join(release)})")
     student, lab = parts
+    if path.suffix != ".ipynb":
+        return Submission(safe_id(student), lab, {release[lab][0]: path},
+                          problem=notebook_problem(path) or f"{path.name} is no notebook "
+                          "(.ipynb): submit the notebook itself")
     if len(release[lab]) != 1:
         return Submission(safe_id(student), lab, problem=f"{lab} has several notebooks: "
                           "submit it as <student>/<lab>/<notebook>.ipynb")
@@ -132,9 +165,7 @@ def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
 
 
 def _nested(student_dir: Path, release: dict[str, list[str]]) -> list[Submission]:
-    found = [Submission(safe_id(student_dir.name), "?", problem=f"{student_dir.name}/{p.name} "
-                        f"is not in a lab's folder: put it in {student_dir.name}/<lab>/")
-             for p in sorted(student_dir.glob("*.ipynb"))]  # once left out without a word
+    found = [_loose(student_dir, path, release) for path in sorted(student_dir.glob("*.ipynb"))]
     for lab_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
         student, lab = safe_id(student_dir.name), lab_dir.name
         if lab not in release:
@@ -142,17 +173,35 @@ def _nested(student_dir: Path, release: dict[str, list[str]]) -> list[Submission
                                     "no known lab"))
             continue
         notebooks = {p.name: p for p in lab_dir.glob("*.ipynb") if p.name in release[lab]}
+        others = sorted(p.name for p in lab_dir.glob("*.ipynb") if p.name not in release[lab])
         missing = sorted(set(release[lab]) - set(notebooks))
-        problem = f"missing notebook {', '.join(missing)}" if missing else None
-        found.append(Submission(student, lab, notebooks, problem))
+        notes = []
+        if len(release[lab]) == 1 and missing and len(others) == 1:  # renamed: graded
+            notebooks = {missing[0]: lab_dir / others[0]}
+            notes, missing = [f"{others[0]} was graded as {missing[0]}"], []
+        problem = f"missing notebook {', '.join(missing)}" + (
+            f" (found {', '.join(others)}: name it as released)" if others else "") \
+            if missing else None
+        found.append(Submission(student, lab, notebooks, problem, notes))
     return found
+
+
+def _loose(student_dir: Path, path: Path, release: dict[str, list[str]]) -> Submission:
+    """A notebook right in a student's folder: the lab whose only notebook it is by name,
+    else a sentence saying where it belongs."""
+    student = safe_id(student_dir.name)
+    labs = [lab for lab, names in release.items() if names == [path.name]]
+    if len(labs) == 1:
+        return Submission(student, labs[0], {path.name: path})
+    return Submission(student, "?", problem=f"{student_dir.name}/{path.name} is not in a "
+                      f"lab's folder: put it in {student_dir.name}/<lab>/")
 
 
 def collect(folder: Path, release: dict[str, list[str]],
             skip: tuple[Path, ...] = ()) -> list[Submission]:
     """Every submission under ``folder``; ``release`` maps each lab to its notebook names.
     ``skip``: folders that are not submissions (the grader's output, put inside)."""
-    entries = sorted(folder.iterdir())
+    entries = sorted(folder.iterdir(), key=_newest_first)
     if (folder / "submitted").is_dir():  # nbgrader's layout, and flat files beside it
         entries = sorted((folder / "submitted").iterdir()) + [e for e in entries if e.is_file()]
     found: list[Submission] = []
