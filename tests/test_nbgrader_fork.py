@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from minidist.course.isolation import remove_left_files, run_nbgrader_isolated
+from minidist.course.isolation import SHARED_FOLDERS, remove_left_files, run_nbgrader_isolated
 from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.release import nbgrader_env
 
@@ -80,3 +80,33 @@ def test_a_sandbox_users_left_files_are_removed_and_no_one_elses(tmp_path):
     assert not any(path.exists() for path in theirs) and not (tmp / "made").exists()
     assert all(path.exists() for path in mine)
 
+
+
+SYSTEM_V_SEGMENT = """
+import ctypes, sys
+from minidist.course import sandbox
+if sys.argv[1] == "sandboxed":
+    sandbox.private_namespace()
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.shmget(0x5EED1, 4096, 0o1000 | 0o600) >= 0  # IPC_CREAT: left when this exits
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a namespace of its own needs root")
+@pytest.mark.parametrize("kernel, left", [("sandboxed", False), ("plain", True)])
+def test_system_v_shared_memory_goes_with_the_sandboxed_kernel(kernel, left):
+    """Three 100 MB shmget segments of a graded notebook stayed on the machine, held for
+    every later student: the kernel's namespace had no IPC namespace of its own."""
+    import ctypes
+    import subprocess
+    import sys
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    run = subprocess.run([sys.executable, "-c", SYSTEM_V_SEGMENT, kernel], timeout=60,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    segment = libc.shmget(0x5EED1, 0, 0)
+    if segment >= 0:
+        libc.shmctl(segment, 0, None)  # IPC_RMID: the plain run's, removed
+    assert (segment >= 0) == left
+    assert {"/var/tmp", "/run/lock"} <= {str(p) for p in SHARED_FOLDERS}

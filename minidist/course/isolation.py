@@ -9,7 +9,9 @@ grader is root it runs as a user id of its own (``pick_uid``), so it cannot
 open the private folder, the gradebook or anyone else's work, and after the
 run every process still owned by that uid is killed (``kill_user``), however
 it tried to escape (double fork, ``setsid``), and everything it left in
-``/dev/shm`` and ``/tmp`` is removed (``remove_left_files``: MPICH's segment of a
+``/dev/shm``, ``/tmp`` and the other shared folders is removed
+(``remove_left_files``; System V segments go with the kernel's IPC namespace,
+``sandbox.py``: MPICH's segment of a
 lab's MPI ranks, stopped mid-run, would otherwise hold its memory until the
 machine restarts, and its launcher's topology file would stay in ``/tmp``, as
 would anything the student's code put there). Without root, the nbgrader run's
@@ -81,8 +83,12 @@ def kill_user(uid: int, attempts: int = 50) -> int:
     return killed
 
 
-def remove_left_files(uid: int, folders: tuple[Path, ...] = (Path("/dev/shm"), Path("/tmp"))
-                      ) -> int:
+# every place a user may write without owning it: what the kernel's user left there would
+# fill the machine, or reach the next student (a note in /var/tmp read by another's notebook)
+SHARED_FOLDERS = tuple(map(Path, ("/dev/shm", "/tmp", "/var/tmp", "/run/lock", "/dev/mqueue")))
+
+
+def remove_left_files(uid: int, folders: tuple[Path, ...] = SHARED_FOLDERS) -> int:
     """Remove what ``uid`` owns at the top of ``folders``, once it owns no process; returns
     how many entries (a folder with all it holds counts once)."""
     removed = 0

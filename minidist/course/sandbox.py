@@ -50,7 +50,7 @@ from typing import Any
 
 from minidist.util.mpiexec import ONE_THREAD
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWIPC = 0x00020000, 0x40000000, 0x08000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 1 << 14, 1 << 18
@@ -69,8 +69,10 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
 
 
 def private_namespace() -> None:
-    """A mount namespace of our own: mounts made from now on are invisible outside."""
-    if _libc.unshare(CLONE_NEWNS) != 0:
+    """A mount namespace of our own: mounts made from now on are invisible outside; and an
+    IPC one: System V shared memory a cell makes (shmget) goes when the kernel's processes
+    do, not held for later students (POSIX shared memory is /dev/shm's: removed after)."""
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0:
         raise OSError(ctypes.get_errno(), f"unshare: {os.strerror(ctypes.get_errno())}")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
 
