@@ -242,15 +242,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(at least 2: the model is fitted on exchanges between ranks)")
     parser.add_argument("--sizes", type=listing(size), help="comma-separated sizes, e.g. "
                         "8,64K,64M (default: 8 B to 64 MiB by factors of --factor)")
-    parser.add_argument("--factor", type=integer(2), default=4)
-    parser.add_argument("--max-size", type=size, default="64M")
+    parser.add_argument("--factor", type=integer(2), default=4,
+                        help="ratio between default sizes (default 4)")
+    parser.add_argument("--max-size", type=size, default="64M",
+                        help="largest default size (default 64M)")
     parser.add_argument("--algorithms", type=listing(one_of([*ALGORITHMS, RAW_MPI])),
                         default=[*ALGORITHMS, RAW_MPI],
                         help=f"comma-separated, from {[*ALGORITHMS, RAW_MPI]}")
     parser.add_argument("--dtype", choices=[np.dtype(d).name for d in DTYPES],
                         default="float32")
-    parser.add_argument("--iters", type=integer(1), default=20)
-    parser.add_argument("--warmup", type=integer(0), default=3)
+    parser.add_argument("--iters", type=integer(1), default=20,
+                        help="timed calls of each algorithm at each size (default 20)")
+    parser.add_argument("--warmup", type=integer(0), default=3,
+                        help="untimed calls before them (default 3)")
     parser.add_argument("--rounds", type=integer(1), default=4,
                         help="per size: rounds of (fit, iters/rounds calls of each algorithm)")
     parser.add_argument("--csv", type=output_file, help="write the rows to this CSV file")

@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     grade_cmd.add_argument("--cell-timeout", type=integer(1), default=None,
                            help="override the per-lab cell timeout (seconds)")
     class_cmd = commands.add_parser("make-class", help="write a synthetic class to grade")
-    class_cmd.add_argument("folder", type=Path)
-    class_cmd.add_argument("--students", type=integer(1), default=30)
+    class_cmd.add_argument("folder", type=Path, help="where to write the notebooks")
+    class_cmd.add_argument("--students", type=integer(1), default=30,
+                           help="students in the class (default 30)")
     class_cmd.add_argument("--lab", action="append", help="only this lab (repeatable)")
     args = parser.parse_args(argv)
     root = args.root.resolve()

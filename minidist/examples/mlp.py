@@ -90,13 +90,17 @@ def train(epochs: int = 20, batch_size: int = 32, lr: float = 3e-3, hidden: int 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=integer(1), default=20)
-    parser.add_argument("--batch-size", type=integer(1), default=32)
+    parser.add_argument("--epochs", type=integer(1), default=20,
+                        help="passes over the training set (default 20)")
+    parser.add_argument("--batch-size", type=integer(1), default=32,
+                        help="examples per step (default 32)")
     parser.add_argument("--lr", type=number(above=0), default=None,
                         help="learning rate (default: 3e-3 for adam, 0.05 for sgd)")
     parser.add_argument("--hidden", type=integer(1), default=256, help="width of the hidden layer")
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                        help="default adam")
+    parser.add_argument("--seed", type=integer(0), default=0,
+                        help="seeds the weights and the shuffle (default 0)")
     add_device_option(parser)
     args = parser.parse_args(argv)
     device = choose_device(parser, args.device)

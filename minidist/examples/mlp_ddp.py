@@ -161,20 +161,26 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=integer(1), default=20)
+    parser.add_argument("--epochs", type=integer(1), default=20,
+                        help="passes over the training set (default 20)")
     parser.add_argument("--global-batch", type=integer(1), default=BASE_BATCH,
                         help="samples per step over all ranks (a multiple of P)")
     parser.add_argument("--lr", type=number(above=0), default=None,
                         help="base learning rate (default: 3e-3 for adam, 0.05 for sgd)")
     parser.add_argument("--scale-lr", action="store_true",
                         help=f"linear scaling: lr * global_batch / {BASE_BATCH}, with warm-up")
-    parser.add_argument("--warmup-epochs", type=number(least=0), default=2.0)
-    parser.add_argument("--hidden", type=integer(1), default=256)
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    parser.add_argument("--bucket-mb", type=number(least=0), default=25)
+    parser.add_argument("--warmup-epochs", type=number(least=0), default=2.0,
+                        help="epochs of linear warm-up of the rate (default 2)")
+    parser.add_argument("--hidden", type=integer(1), default=256,
+                        help="width of the hidden layer (default 256)")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                        help="default adam")
+    parser.add_argument("--bucket-mb", type=number(least=0), default=25,
+                        help="gradient bucket size in MB for the allreduce (default 25)")
     parser.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
                         help="allreduce algorithm")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0,
+                        help="seeds the weights and the shuffle (default 0)")
     parser.add_argument("--checkpoint-dir", default=None,
                         help="save checkpoints here, and resume from the newest one")
     parser.add_argument("--checkpoint-every", type=integer(1), default=100, metavar="K",

@@ -214,9 +214,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="n of n-softsync: one update per floor(W/n) gradients")
     parser.add_argument("--staleness-aware", action="store_true",
                         help="each gradient's step scaled by 1/tau (Zhang et al. 2016)")
-    parser.add_argument("--optimizer", choices=tuple(LEARNING_RATES), default="sgd")
+    parser.add_argument("--optimizer", choices=tuple(LEARNING_RATES), default="sgd",
+                        help="the servers' update rule (default sgd)")
     parser.add_argument("--lr", type=number(above=0), default=None,
-                        help=f"learning rate (default: {LEARNING_RATES})")
+                        help="learning rate (default: " + ", ".join(
+                            f"{rule} {lr:g}" for rule, lr in LEARNING_RATES.items()) + ")")
     parser.add_argument("--straggler", type=parse_straggler, default=None,
                         metavar="RANK:FACTOR", help="this worker rank is FACTOR times slower")
     parser.add_argument("--steps", type=integer(1), default=200, help="clocks per worker")
