@@ -38,6 +38,11 @@ def test_output_file_makes_its_folder_and_refuses_a_folder_or_an_unwritable_plac
     blocker.write_text("")
     with pytest.raises(argparse.ArgumentTypeError, match="cannot make the folder"):
         output_file(str(blocker / "plot.png"))
+    # a place no file can be made in, which os.access called writable for root: the run
+    # trained, then failed on its plot
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot write into the folder"):
+        output_file("/proc/plot.png")
+    assert not list(target.parent.iterdir())  # the trial file is gone
 
 
 def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -69,8 +70,12 @@ def output_file(text: str) -> str:
     except OSError as err:
         raise argparse.ArgumentTypeError(f"cannot make the folder of {text!r}: "
                                          f"{err.strerror}") from None
-    if not os.access(path.parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}")
+    try:  # a file made there and gone (os.access says yes to root, even on a read-only place)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}: "
+                                         f"{err.strerror}") from None
     return text
 
 
