@@ -74,7 +74,7 @@ def test_a_checkpoint_restores_the_schedule_where_it_was(tmp_path):
     assert other_scheduler.step_count == 4 and other_scheduler.last_lr == scheduler.last_lr
     assert other_opt.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
     save_checkpoint(tmp_path, 4, model, opt, ONE)
-    with pytest.raises(ValueError, match="holds no scheduler state"):
+    with pytest.raises(ValueError, match="holds no learning-rate scheduler's state"):
         load_checkpoint(tmp_path, other, other_opt, ONE, scheduler=other_scheduler)
 
 

@@ -163,8 +163,11 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
         raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
                          f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
                          "afresh in another folder")
-    _check_scheduler(path, meta.get("scheduler"), scheduler)  # before anything changes
-    _check_rng(path, meta["rng"], rng)
+    # before anything changes
+    _check_part(path, meta.get("scheduler"), scheduler, "learning-rate scheduler", "scheduler",
+                "its step count would restart at 0, its learning rate not resumed")
+    _check_part(path, meta["rng"], rng, "random generator", "rng",
+                "it would go on from its seed; load it without rng=, or start afresh")
     before = model.state_dict()  # put back if the optimiser refuses its state
     model.load_state_dict(model_state)
     try:
@@ -201,25 +204,16 @@ def _check_has_state(optimizer: Any, scheduler: Any = None) -> None:
                             f"{type(holder).__name__} has none")
 
 
-def _check_rng(path: Path, saved: Any, rng: np.random.Generator | None) -> None:
-    """A generator's state is restored only into a generator, and ``rng=`` only from one
-    (else it would go on from its seed while the model went on from the checkpoint)."""
-    if saved is not None and rng is None:
-        raise ValueError(f"{path} holds a random generator's state: pass rng= to load it")
-    if saved is None and rng is not None:
-        raise ValueError(f"{path} holds no random generator's state (saved without rng=): "
-                         "load it without rng=, or start afresh")
-
-
-def _check_scheduler(path: Path, saved: Any, scheduler: Any) -> None:
-    """A schedule's state is restored only into a scheduler, and a scheduler only from one
-    (else its step count would restart at 0 while the optimiser's went on)."""
-    if saved is not None and scheduler is None:
-        raise ValueError(f"{path} holds a learning-rate scheduler's state: pass scheduler= "
-                         "to load it")
-    if saved is None and scheduler is not None:
-        raise ValueError(f"{path} holds no scheduler state (saved without scheduler=): "
-                         "its learning rate cannot be resumed")
+def _check_part(path: Path, saved: Any, given: Any, what: str, option: str,
+                otherwise: str) -> None:
+    """A part's state (a generator's, a scheduler's) is restored only into one passed as
+    ``option=``, and one passed only from a checkpoint that holds it: else it would start
+    afresh while the model went on (``otherwise`` says how)."""
+    if saved is not None and given is None:
+        raise ValueError(f"{path} holds a {what}'s state: pass {option}= to load it")
+    if saved is None and given is not None:
+        raise ValueError(f"{path} holds no {what}'s state (saved without {option}=): "
+                         f"{otherwise}")
 
 
 def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
