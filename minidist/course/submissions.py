@@ -144,7 +144,7 @@ def _newest_first(path: Path) -> tuple:
     """Sort key: a name's copies together, the highest resubmission number first, a
     notebook (.ipynb) before anything else of the same name (an HTML export beside it)."""
     found = RESUBMITTED.search(path.stem)
-    number = int(next(filter(None, found.groups()), "0") or 0) if found else -1
+    number = int(next(filter(None, found.groups()), 0)) if found else -1  # "-Copy": 0
     return RESUBMITTED.sub("", path.stem).lower(), -number, path.suffix != ".ipynb", path.name
 
 
