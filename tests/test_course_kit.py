@@ -180,7 +180,9 @@ def test_sandbox_cannot_read_the_course(graded_class):
 def test_grades_csv_has_every_submission(graded_class):
     results, out, *_ = graded_class
     rows = (out / "grades.csv").read_text().strip().splitlines()
-    assert rows[0] == "student,lab,score,max_score,problems" and len(rows) == len(results) + 1
+    assert rows[0] == "student,submitted_as,lab,score,max_score,problems"
+    assert len(rows) == len(results) + 1
+    assert all(row.split(",")[1] for row in rows[1:]), "a row without the name as submitted"
 
 
 @pytest.mark.timeout(600)

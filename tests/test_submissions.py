@@ -27,6 +27,17 @@ def test_distinct_names_stay_distinct_ids():
     assert all(c.isascii() and (c.isalnum() or c in "_.-") for i in ids for c in i)
 
 
+def test_each_submission_keeps_the_name_it_was_submitted_as(tmp_path):
+    """grades.csv had only the id ("Jane_Doe-cac7bbb6"), which no LMS knows."""
+    (tmp_path / "Jane Doe" / "lab01_autograd").mkdir(parents=True)
+    (tmp_path / "Jane Doe" / "lab01_autograd" / "lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "李明_lab01_autograd.ipynb").write_text(NOTEBOOK)
+    (tmp_path / "O Neil_lab99.ipynb").write_text(NOTEBOOK)
+    names = {sub.student: sub.submitted_as for sub in collect(tmp_path, RELEASE)}
+    assert names == {safe_id("Jane Doe"): "Jane Doe", safe_id("李明"): "李明",
+                     safe_id("O Neil_lab99"): "O Neil_lab99"}
+
+
 def _cell(grade_id: str, locked: bool, solution: bool = False) -> dict:
     return {"cell_type": "code", "source": grade_id, "outputs": [], "execution_count": None,
             "metadata": {"nbgrader": {"grade_id": grade_id, "locked": locked,

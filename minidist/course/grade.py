@@ -76,6 +76,7 @@ class GradeResult:
     problems: list[str] = field(default_factory=list)
     task_scores: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    submitted_as: str = ""  # the name as submitted, for the LMS ("Jane Doe" of Jane_Doe-cac7bbb6)
 
 
 @dataclass
@@ -142,6 +143,8 @@ class Grader:
         hide += [folder.resolve(), self.out.resolve()]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(lambda s: self.guarded(s, hide), submissions))
+        for sub, result in zip(submissions, results, strict=True):
+            result.submitted_as = sub.submitted_as
         self.write_csv(results)
         return results
 
@@ -273,10 +276,10 @@ class Grader:
         path = self.out / "grades.csv"
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["student", "lab", "score", "max_score", "problems"])
+            writer.writerow(["student", "submitted_as", "lab", "score", "max_score", "problems"])
             for r in sorted(results, key=lambda r: (r.student, r.lab)):
-                writer.writerow([r.student, r.lab, f"{r.score:g}", f"{r.max_score:g}",
-                                 " | ".join(r.problems)])
+                writer.writerow([r.student, r.submitted_as, r.lab, f"{r.score:g}",
+                                 f"{r.max_score:g}", " | ".join(r.problems)])
         return path
 
 

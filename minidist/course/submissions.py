@@ -35,6 +35,7 @@ class Submission:
     notebooks: dict[str, Path] = field(default_factory=dict)
     problem: str | None = None
     notes: list[str] = field(default_factory=list)  # reported with its grade (a duplicate)
+    submitted_as: str = ""  # the student's name as the submission spells it ("Jane Doe")
 
 
 def safe_id(name: str) -> str:
@@ -152,8 +153,16 @@ def _flat(path: Path, release: dict[str, list[str]]) -> Submission:
     parts = _split_flat_name(path.stem, list(release))
     if parts is None:
         return Submission(safe_id(path.stem), "?", problem=f"{path.name} is named for no "
-                          f"known lab (expected <student>_<lab>.ipynb, labs: {', '.join(release)})")
+                          f"known lab (expected <student>_<lab>.ipynb, labs: {', '.join(release)})",
+                          submitted_as=path.stem)
     student, lab = parts
+    found = _flat_parts(path, student, lab, release)
+    found.submitted_as = student
+    return found
+
+
+def _flat_parts(path: Path, student: str, lab: str, release: dict[str, list[str]]) -> Submission:
+    """The submission of ``<student>_<lab>.<suffix>``, its name split already."""
     if path.suffix != ".ipynb":
         return Submission(safe_id(student), lab, {release[lab][0]: path},
                           problem=notebook_problem(path) or f"{path.name} is no notebook "
@@ -209,7 +218,10 @@ def collect(folder: Path, release: dict[str, list[str]],
     for entry in entries:
         if entry.name.startswith(".") or entry.resolve() in skipped:
             continue
-        found.extend(_nested(entry, release) if entry.is_dir() else [_flat(entry, release)])
+        subs = _nested(entry, release) if entry.is_dir() else [_flat(entry, release)]
+        for sub in subs:
+            sub.submitted_as = sub.submitted_as or entry.name  # a folder: the student's name
+        found.extend(subs)
     first: dict[tuple[str, str], Submission] = {}
     kept = []
     for sub in found:
