@@ -285,6 +285,13 @@ def test_checkpoint_and_resume_end_as_an_uninterrupted_run(tmp_path):
     resumed = LocalCluster(3).run(body, (tmp_path / "b", 8, True))
     assert np.array_equal(final(whole), final(resumed))
 
+    def two_servers(c):
+        with pytest.raises(ValueError, match="saved by 1 server.s., and this run has 2"):
+            ParameterServer(c, LAYOUT, servers=2, checkpoint=tmp_path / "b", resume=True)
+        return True
+
+    assert LocalCluster(4).run(two_servers) == [True] * 4  # every rank, before any message
+
 
 @pytest.mark.parametrize("options, message", [
     (dict(servers=3), "3 servers leave no worker"),

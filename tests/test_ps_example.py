@@ -40,6 +40,21 @@ def test_a_run_stopped_and_started_again_resumes_and_ends_as_one_never_stopped(
 
 
 @pytest.mark.timeout(60)
+def test_resuming_with_another_server_count_says_so_on_every_rank(tmp_path, capsys):
+    """It ended in a traceback of the servers naming key ranges ((np.int64(0),
+    np.int64(76)) against (0, 38)), not the two counts."""
+    options = ["--ranks", "4", "--steps", "10", "--checkpoint-dir", str(tmp_path)]
+    ps_mlp.main([*options, "--checkpoint-every", "5"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        ps_mlp.main([*options, "--servers", "2"])
+    said = capsys.readouterr().err
+    assert ended.value.code == 2 and "Traceback" not in said
+    assert said.startswith("ps_mlp (rank 0): the checkpoint in") and \
+        "was saved by 1 server(s), and this run has 2: resume with as many" in said
+
+
+@pytest.mark.timeout(60)
 def test_a_straggler_doubles_bsps_modelled_time_and_asp_does_not_wait_for_it():
     plain = ps_mlp.main([*QUICK, "--consistency", "bsp"])
     bsp = ps_mlp.main([*QUICK, "--consistency", "bsp", "--straggler", "3:2"])

@@ -61,7 +61,7 @@ from minidist.examples.options import (
     run_ranks,
 )
 from minidist.parallel.ps import ServerOptimizer, consistency
-from minidist.parallel.ps.checkpoint import shard_file
+from minidist.parallel.ps.checkpoint import saved_clock, shard_file
 from minidist.parallel.ps.training import train_mlp
 
 LEARNING_RATES = {"sgd": 0.1, "adagrad": 0.05, "adam": 0.003}  # each rule's default
@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     with options_checked("ps_mlp", c):
         ranks = run_ranks(c, args.ranks, default=4)
         ps_options(args, ranks)
+        if args.checkpoint_dir is not None and shard_file(args.checkpoint_dir, 0).exists():
+            saved_clock(args.checkpoint_dir, args.servers)  # saved by as many servers?
     if modelled:
         slow = {args.straggler[0]: Straggler(slowdown=args.straggler[1])} if args.straggler else {}
         results = LocalCluster(ranks, stragglers=slow).run(run, args=(args,), timeout=None)

@@ -3,10 +3,12 @@
 A checkpoint is taken at a clock every running worker has reached (they all
 ask for it; ``server.py`` saves once the last has). Each server writes its
 own file, ``{path}/shard-{server}.npz``: the values, the optimiser's state,
-the version and the clock. Atomically: written to a temporary file in the
-same directory, flushed to the disk (``fsync``), then renamed over the old
-one (a rename within one file system is atomic), so a crash leaves either
-the old checkpoint or the new one, never half of one.
+the version, the clock, its key range and the number of servers (a run
+resumes with as many as saved it: each server's range depends on the count).
+Atomically: written to a temporary file in the same directory, flushed to the
+disk (``fsync``), then renamed over the old one (a rename within one file
+system is atomic), so a crash leaves either the old checkpoint or the new one,
+never half of one.
 
 Workers need nothing saved: their state at a clock is the clock (the data
 they read at iteration t depends only on the seed and t).
@@ -41,12 +43,13 @@ def refuse_to_save(path: str | os.PathLike | None, clock: int, accumulator: Soft
 
 
 def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: int,
-               key_range: tuple[int, int]) -> Path:
+               key_range: tuple[int, int], servers: int) -> Path:
     """Write ``shard`` at ``clock`` to ``{path}/shard-{server}.npz``, atomically."""
     target = shard_file(path, server)
     target.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"values": shard.values, "version": np.int64(shard.version),
-              "clock": np.int64(clock), "key_range": np.array(key_range, np.int64)}
+              "clock": np.int64(clock), "key_range": np.array(key_range, np.int64),
+              "servers": np.int64(servers)}
     if shard.sums is not None:
         arrays["sums"] = shard.sums
     if shard.moments is not None:
@@ -60,6 +63,21 @@ def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: i
     return target
 
 
+def saved_clock(path: str | os.PathLike, servers: int) -> int:
+    """The clock the checkpoint in ``path`` was taken at, read from server 0's file by
+    every rank alike; a checkpoint saved by another number of servers than ``servers``
+    is refused (each server's key range depends on the count)."""
+    first = shard_file(path, 0)
+    if not first.exists():
+        raise FileNotFoundError(f"resume: no checkpoint in {path} ({first} does not exist)")
+    with np.load(first) as saved:
+        if "servers" in saved and int(saved["servers"]) != servers:  # (older files: no count)
+            raise ValueError(f"the checkpoint in {path} was saved by {int(saved['servers'])} "
+                             f"server(s), and this run has {servers}: resume with as many, "
+                             f"or start again in another folder")
+        return int(saved["clock"])
+
+
 def load_shard(path: str | os.PathLike, server: int, shard: ShardState,
                key_range: tuple[int, int]) -> int:
     """Fill ``shard`` from its checkpoint; return the clock it was taken at."""
@@ -67,9 +85,10 @@ def load_shard(path: str | os.PathLike, server: int, shard: ShardState,
     if not target.exists():
         raise FileNotFoundError(f"no checkpoint for server {server}: {target} does not exist")
     with np.load(target) as saved:
-        if tuple(saved["key_range"]) != tuple(key_range):
-            raise ValueError(f"{target} holds keys {tuple(saved['key_range'])}, but server "
-                             f"{server} now holds {key_range}: same layout and server count?")
+        saved_range = tuple(int(key) for key in saved["key_range"])
+        if saved_range != tuple(key_range):
+            raise ValueError(f"{target} holds keys {saved_range}, but server {server} now "
+                             f"holds {tuple(key_range)}: was it saved for another model?")
         shard.values[...] = saved["values"].reshape(shard.values.shape)  # flat, or as rows
         shard.version = int(saved["version"])
         if shard.sums is not None:

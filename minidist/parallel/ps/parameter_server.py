@@ -43,7 +43,7 @@ import os
 import numpy as np
 
 from minidist.comm.transport.communicator import Communicator
-from minidist.parallel.ps.checkpoint import load_shard, shard_file
+from minidist.parallel.ps.checkpoint import load_shard, saved_clock
 from minidist.parallel.ps.consistency import Consistency
 from minidist.parallel.ps.consistency import consistency as make_rule
 from minidist.parallel.ps.keys import KeyLayout
@@ -94,7 +94,7 @@ class ParameterServer:
         self.softsync, self.dtype = softsync, np.dtype(dtype)
         self.deterministic = modelled if deterministic is None else deterministic
         self.checkpoint, self.ranges = checkpoint, layout.split(servers, key_load)
-        self.start_clock = _saved_clock(checkpoint) if resume else 0
+        self.start_clock = saved_clock(checkpoint, servers) if resume else 0
         self.resume = resume
         self.is_server = c.rank < servers
         self.workers = list(range(servers, c.size))
@@ -125,10 +125,3 @@ class ParameterServer:
         return Worker(self.c, self.layout, list(range(self.servers)), self.ranges, self.dtype,
                       self.start_clock)
 
-
-def _saved_clock(path: str | os.PathLike) -> int:
-    if not shard_file(path, 0).exists():
-        raise FileNotFoundError(f"resume: no checkpoint in {path} ({shard_file(path, 0)} "
-                                f"does not exist)")
-    with np.load(shard_file(path, 0)) as saved:
-        return int(saved["clock"])

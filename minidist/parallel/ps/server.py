@@ -303,7 +303,8 @@ class Server:
 
     def _checkpoint(self, clock: int) -> None:
         refuse_to_save(self.checkpoint_path, clock, self.accumulator)
-        save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range)
+        save_shard(self.checkpoint_path, self.server, self.shard, clock, self.key_range,
+                   servers=self.c.size - len(self.workers))  # every other rank serves
         for worker in sorted(self.at_checkpoint):
             self._reply(worker, clock)
         self.at_checkpoint.clear()
