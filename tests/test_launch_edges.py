@@ -16,6 +16,7 @@ import pytest
 import minidist.comm as comm
 from minidist.comm import RankError
 from minidist.comm.transport.mpirun import main as mpirun_main
+from minidist.util.mpiexec import check_hostfile, mpi_vendor
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 needs_mpi = [pytest.mark.mpi,
@@ -147,16 +148,42 @@ def test_a_rank_that_exits_with_3_makes_the_command_exit_with_3(tmp_path, _):
 def test_a_hostfile_slot_count_that_is_no_positive_integer_is_named(tmp_path, capsys, _):
     """`localhost:abc` (or `:0`) killed MPICH's mpiexec with SIGFPE: exit 136, no word."""
     hosts = tmp_path / "hosts"
-    for entry, slots in (("localhost:abc", "'abc'"), ("localhost:0", "'0'")):
-        hosts.write_text(f"# two ranks here\n{entry} user=me\n")
+    entries = ("localhost:abc", "localhost:0") if mpi_vendor() == "mpich" else \
+        ("slots=abc", "slots=0")
+    for entry, slots in zip(entries, ("'abc'", "'0'"), strict=True):
+        line = f"{entry} user=me" if mpi_vendor() == "mpich" else f"localhost {entry}"
+        hosts.write_text(f"# two ranks here\n{line}\n")
         assert mpirun_main(["-n", "2", "-f", str(hosts), "-c", "pass"]) == 2
         said = capsys.readouterr().err
         assert f"hostfile {hosts}, line 2: '{entry}'" in said
         assert f"must be a positive integer, not {slots}" in said
-    with pytest.raises(ValueError, match=r"hosts, line 2: 'localhost:0'"):
+    with pytest.raises(ValueError, match=f"hosts, line 2: '{entries[1]}'"):
         comm.launch(sleeps, 2, args=(0,), backend="mpi", hostfile=hosts, timeout=60)
     assert mpirun_main(["-n", "2", "-f", str(tmp_path / "none"), "-c", "pass"]) == 2
     assert f"hostfile {tmp_path / 'none'}: cannot be read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("vendor, line, said", [
+    ("mpich", "node1 slots=4", "'slots=4' is Open MPI's way to give slots; MPICH's hostfile "
+                               "says 'node1:N'"),
+    ("openmpi", "node1:4", "'node1:4' is MPICH's way to give slots; Open MPI's hostfile says "
+                           "'node1 slots=N'"),
+    ("openmpi", "node1 max_slots=-1", "'max_slots=-1': the slot count must be a positive "
+                                      "integer, not '-1'"),
+])
+def test_a_hostfile_in_the_other_mpis_format_is_named(tmp_path, vendor, line, said):
+    """MPICH stopped at "token slots not supported" without naming the file; Open MPI
+    tried to reach "node1:4" over ssh and said a daemon failed to report back."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"node0\n{line}  # the second host\n")
+    with pytest.raises(ValueError, match=f"hosts, line 2: {said}"):
+        check_hostfile(hosts, vendor)
+    for fine in ("node1:4 user=me", "node1"):
+        hosts.write_text(fine + "\n")
+        check_hostfile(hosts, "mpich")
+    for fine in ("node1 slots=4 max_slots=8", "node1"):
+        hosts.write_text(fine + "\n")
+        check_hostfile(hosts, "openmpi")
 
 
 def raises_here(c):

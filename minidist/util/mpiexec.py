@@ -24,9 +24,10 @@ than the machine has cores (Open MPI refuses both unless told; MPICH does
 not ask). Its yield is ``OMPI_MCA_mpi_yield_when_idle=1`` (:data:`YIELD`),
 and a hostfile is ``--hostfile``, not ``-f``.
 
-An MPICH hostfile is checked before mpiexec reads it (:func:`check_hostfile`):
+A hostfile is checked before mpiexec reads it (:func:`check_hostfile`): MPICH's
 hydra reads a slot count with ``atoi`` and divides by it, so ``node1:abc`` or
-``node1:0`` kills mpiexec with SIGFPE, and it says nothing of the file.
+``node1:0`` kills mpiexec with SIGFPE, and it says nothing of the file; each
+MPI misreads the other's format.
 """
 
 from __future__ import annotations
@@ -99,17 +100,22 @@ def mpiexec_command(ranks: int, program: Sequence[str], hostfile: str | os.PathL
     if ranks < 1:
         raise ValueError(f"mpiexec_command: need at least one rank, got {ranks}")
     vendor = mpi_vendor()
-    if hostfile and vendor == "mpich":
-        check_hostfile(hostfile)
+    if hostfile:
+        check_hostfile(hostfile, vendor)
     hosts = ["--hostfile" if vendor == "openmpi" else "-f", str(hostfile)] if hostfile else []
     return [str(mpiexec_path()), *hosts, *mpiexec_args,
             "-n", str(ranks), *wrapper, sys.executable, "-m", "mpi4py", *program]
 
 
-def check_hostfile(path: str | os.PathLike) -> None:
-    """A ValueError naming the file and line of an MPICH hostfile entry mpiexec would
-    misread: ``HOST[:SLOTS]`` (then ``key=value`` words), ``#`` to the end of a line a
-    comment, where SLOTS, if given, must be a positive integer."""
+def check_hostfile(path: str | os.PathLike, vendor: str | None = None) -> None:
+    """A ValueError naming the file and line of a hostfile entry this environment's
+    mpiexec (``vendor``, default :func:`mpi_vendor`) would misread. MPICH's entries are
+    ``HOST[:SLOTS]`` then ``key=value`` words, Open MPI's ``HOST slots=SLOTS`` (and
+    ``max_slots=``); ``#`` to the end of a line is a comment; a slot count must be a
+    positive integer; an entry in the other MPI's format is named as such (MPICH stops
+    at ``slots`` without a word of the file, Open MPI tries to reach ``HOST:SLOTS``
+    over ssh)."""
+    vendor = vendor or mpi_vendor()
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -118,10 +124,20 @@ def check_hostfile(path: str | os.PathLike) -> None:
         words = line.partition("#")[0].split()
         if not words:
             continue
+        where = f"hostfile {path}, line {number}"
         _, colon, slots = words[0].partition(":")
-        if colon and not (slots.isascii() and slots.isdigit() and int(slots) > 0):
-            raise ValueError(f"hostfile {path}, line {number}: {words[0]!r}: the slot count "
-                             f"after ':' must be a positive integer, not {slots!r}")
+        counts = {word: word.partition("=")[2] for word in words[1:]
+                  if word.partition("=")[0] in ("slots", "max_slots", "max-slots")}
+        if vendor == "openmpi" and colon:
+            raise ValueError(f"{where}: {words[0]!r} is MPICH's way to give slots; "
+                             f"Open MPI's hostfile says '{words[0].partition(':')[0]} slots=N'")
+        if vendor == "mpich" and counts:
+            raise ValueError(f"{where}: {next(iter(counts))!r} is Open MPI's way to give "
+                             f"slots; MPICH's hostfile says '{words[0]}:N'")
+        for word, count in ({words[0]: slots} if colon else counts).items():
+            if not (count.isascii() and count.isdigit() and int(count) > 0):
+                raise ValueError(f"{where}: {word!r}: the slot count must be a positive "
+                                 f"integer, not {count!r}")
 
 
 def run_module_under_mpi(module: str, ranks: int, argv: Sequence[str] = ()) -> int:
