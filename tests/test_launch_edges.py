@@ -201,3 +201,24 @@ def test_a_rank_traceback_names_the_file_and_line_of_the_shipped_function(_):
     assert f'File "{__file__}", line {line}, in raises_here' in info.value.traceback_text
     assert 'raise ValueError(f"raised on rank {c.rank}")' in info.value.traceback_text
 
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("_", [pytest.param(0, marks=needs_mpi)])
+def test_a_notebook_functions_line_shows_in_a_ranks_traceback(_):
+    """A cell's "file" (/tmp/ipykernel_*/*.py) exists only in the notebook's linecache:
+    the ranks' traceback named it and showed no line."""
+    import linecache
+
+    cell = "/tmp/ipykernel_0/no-such-cell.py"
+    source = "def from_a_cell(c):\n    raise ValueError('a cell raised')\n"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    try:
+        namespace = {}
+        exec(compile(source, cell, "exec"), namespace)
+        with pytest.raises(RankError) as info:
+            comm.launch(namespace["from_a_cell"], 2, backend="mpi", timeout=90)
+    finally:
+        del linecache.cache[cell]
+    assert f'File "{cell}", line 2, in from_a_cell' in info.value.traceback_text
+    assert "raise ValueError('a cell raised')" in info.value.traceback_text

@@ -15,7 +15,8 @@ How the "mpi" backend ships a function to other processes:
    notebook cell, a script or a test file works (its module is registered
    with ``cloudpickle.register_pickle_by_value`` while pickling). Its code
    keeps the name of its file (cloudpickle would write ``<dynamic-code>``),
-   so a rank's traceback names the real file and line (:class:`_KeepingFiles`).
+   so a rank's traceback names the real file and line (:class:`_KeepingFiles`),
+   and shows the line even of a notebook's cell (its lines travel with it).
 2. They are written to a fresh temporary directory, with the parent's
    ``sys.path`` (on a cluster pass ``workdir=`` on a shared filesystem).
 3. ``mpiexec -n P python -m mpi4py -m minidist.comm.transport.launch_worker DIR``
@@ -53,6 +54,7 @@ filesystem they all see. Options of the "local" backend are those of
 from __future__ import annotations
 
 import io
+import linecache
 import marshal
 import os
 import sys
@@ -176,7 +178,19 @@ def _is_user_code(module: ModuleType | None) -> bool:
 
 
 def _marshalled(code: types.CodeType) -> tuple:
-    return marshal.loads, (marshal.dumps(code),)
+    """``code`` as marshal writes it, with its file's lines where a rank could not read
+    them (a notebook cell's "file": IPython keeps its lines in ``linecache`` only)."""
+    lines = [] if os.path.exists(code.co_filename) else linecache.getlines(code.co_filename)
+    return _unmarshalled, (marshal.dumps(code), lines)
+
+
+def _unmarshalled(data: bytes, lines: list[str]) -> types.CodeType:
+    """On a rank: the code back, and its file's shipped lines where tracebacks look."""
+    code = marshal.loads(data)
+    if lines:
+        linecache.cache.setdefault(code.co_filename,
+                                   (sum(map(len, lines)), None, lines, code.co_filename))
+    return code
 
 
 class _KeepingFiles(cloudpickle.Pickler):
