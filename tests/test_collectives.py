@@ -234,12 +234,42 @@ def test_an_allreduce_mistake_on_one_rank_is_an_error_on_every_rank(p: int) -> N
         "valid_out ": lambda c: allreduce(np.ones(4), c, "sum", "tree",
                                           out=np.empty(4, np.float32) if c.rank == last
                                           else None),
+        "valid_out  ": lambda c: allreduce(np.ones(4), c, "sum", "tree",
+                                           out=_read_only(4) if c.rank == last else None),
     }
     for what, call in calls.items():
         messages = _messages(p, call)
         assert all(f"ranks disagree on {what.strip()}" in m for m in messages), (what, messages)
-        assert "here: out must be C-contiguous float64 of shape (4,)" in messages[last] or \
-            what == "algorithm", messages
+        said = "out is read-only" if what == "valid_out  " else \
+            "out must be C-contiguous float64 of shape (4,)"
+        assert f"here: {said}" in messages[last] or what == "algorithm", messages
+
+
+def _read_only(n: int) -> np.ndarray:
+    """A read-only out= passed the check, and the rank at fault failed alone in numpy
+    (the others then hung under MPI, or returned a result with the tree)."""
+    out = np.empty(n)
+    out.flags.writeable = False
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("p", [2, 3])
+def test_arrays_whose_layout_makes_the_result_agree_on_shape(p: int) -> None:
+    """Same size, another shape on one rank: gather re-laid that rank's rows, allgather
+    gave each rank a result of another shape, scatter and alltoall cut rows unlike the
+    root's; broadcast alone refused it."""
+    def shaped(c, rows=1):
+        return np.zeros((rows, 2, 3) if c.rank == p - 1 else (rows, 3, 2))
+
+    calls = {"gather": lambda c: gather(shaped(c), c),
+             "allgather": lambda c: allgather(shaped(c), c),
+             "scatter": lambda c: scatter(shaped(c, p), c),
+             "alltoall": lambda c: alltoall(shaped(c, p), c)}
+    for what, call in calls.items():
+        messages = _messages(p, call)
+        assert all(m.startswith(f"{what}: ranks disagree on shape") for m in messages), messages
+        assert f"rank {p - 1} has ({1 if what.endswith('gather') else p}, 2, 3)" in messages[-1]
 
 
 @pytest.mark.timeout(60)

@@ -161,6 +161,8 @@ def _out_problem(arr: np.ndarray, out: np.ndarray | None) -> str:
     if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype \
             or not out.flags.c_contiguous:
         return f"out must be C-contiguous {arr.dtype} of shape {arr.shape}"
+    if not out.flags.writeable:
+        return "out is read-only"
     # two arrays that own their memory cannot overlap (np.may_share_memory is not free)
     if out is not arr and (out.base is not None or arr.base is not None) \
             and np.may_share_memory(out, arr):

@@ -6,7 +6,8 @@ written the same way), adding beneath it what a library needs, each
 explained where it lives:
 
 1. the agreement check (``agreement.py``): the ranks first agree on the
-   collective, length, dtype, op, root and schedule, so a mismatch (two
+   collective, length, dtype, op, root and schedule (and the shape, where
+   the result's layout depends on it: gather, scatter, allgather, alltoall), so a mismatch (two
    different collectives called at once included) raises the same error on
    every rank instead of hanging (``check=False`` skips it); it runs on
    ``c.private()``, as the allreduce's does, so every collective's check
@@ -55,10 +56,12 @@ def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
     agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
     ``fields``. Any mismatch or bad value raises the same error on every rank."""
     arr = np.require(arr, requirements="C")
+    first = {}  # checked before ``fields`` (a shape): the error names the field at fault
     if root is not NO_ROOT:  # a root that is no integer travels as -1: no rank's number
-        fields["root"] = root if isinstance(root, int | np.integer) else -1
+        first["root"] = root if isinstance(root, int | np.integer) else -1
     if rows:
-        fields["leading"] = arr.shape[0] if arr.ndim else -1
+        first["leading"] = arr.shape[0] if arr.ndim else -1
+    fields = {**first, **fields}
     check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size, **fields)
     if root is not NO_ROOT and not 0 <= fields["root"] < c.size:
         raise ValueError(f"{what}: root {root!r} is not a rank of a communicator of size "
@@ -107,7 +110,7 @@ def gather(arr: np.ndarray, c: Communicator, root: int = 0,
     (:func:`gather_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(gather, arr, c, root, check=check)
-    arr = agreed(c, "gather", arr, None, check, root)
+    arr = agreed(c, "gather", arr, None, check, root, shape=np.shape(arr))
     out = gather_linear(with_array_rows(arr, 0), c.private(), root)
     return None if out is None else out.reshape(c.size, *arr.shape)
 
@@ -117,7 +120,7 @@ def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = Tr
     same shape) (:func:`scatter_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(scatter, arr, c, root, check=check)
-    arr = agreed(c, "scatter", arr, None, check, root, rows=True)
+    arr = agreed(c, "scatter", arr, None, check, root, rows=True, shape=np.shape(arr))
     return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
@@ -125,7 +128,7 @@ def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.nda
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allgather, arr, c, check=check)
-    arr = agreed(c, "allgather", arr, None, check)
+    arr = agreed(c, "allgather", arr, None, check, shape=np.shape(arr))
     return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
@@ -144,7 +147,7 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     i's row (:func:`alltoall_pairwise`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(alltoall, arr, c, check=check)
-    arr = agreed(c, "alltoall", arr, None, check, rows=True)
+    arr = agreed(c, "alltoall", arr, None, check, rows=True, shape=np.shape(arr))
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 
