@@ -158,12 +158,19 @@ def test_the_graders_own_output_inside_the_folder_is_no_submission(tmp_path):
     (["grade", "/no/such/folder"], "/no/such/folder: no such folder"),
     (["grade", ".", "--jobs", "0"], "argument --jobs: wants an integer >= 1, got '0'"),
     (["release", "lab1"], "unknown lab lab1 (labs: lab01_autograd"),
-    (["make-class", "x", "--lab", "lab99"], "unknown lab lab99"),
+    (["make-class", "{tmp}/x", "--lab", "lab99"], "unknown lab lab99"),
+    (["make-class", "{tmp}/file"], "'{tmp}/file' is a file, not a folder"),
+    (["make-class", "/proc/x"], "cannot make '/proc/x'"),
+    (["grade", ".", "--out", "{tmp}/file/out"], "cannot make '{tmp}/file/out'"),
+    (["grade", ".", "--out", "{tmp}/file"], "'{tmp}/file' is a file, not a folder"),
 ])
-def test_bad_input_is_a_usage_error(argv, message, capsys):
+def test_bad_input_is_a_usage_error(argv, message, capsys, tmp_path):
+    """An --out under a file was found after the whole class was graded: grades.csv was
+    never written; make-class into one gave a traceback."""
+    (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+        main([word.format(tmp=tmp_path) for word in argv])
+    assert exit_.value.code == 2 and message.format(tmp=tmp_path) in capsys.readouterr().err
 
 
 def test_the_graders_failure_on_one_submission_is_that_students_zero(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from minidist.course.settings import course_root
-from minidist.util.arguments import integer
+from minidist.util.arguments import integer, output_folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,12 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     release_cmd.add_argument("labs", nargs="*", help="only these labs (default: all)")
     grade_cmd = commands.add_parser("grade", help="autograde a folder of submissions")
     grade_cmd.add_argument("folder", type=Path, help="submitted/<student>/<lab>/ or flat files")
-    grade_cmd.add_argument("--out", type=Path, default=None, help="default: grading/out")
+    grade_cmd.add_argument("--out", type=output_folder, default=None,
+                           help="default: grading/out")
     grade_cmd.add_argument("--jobs", type=integer(1), default=2, help="students graded at a time")
     grade_cmd.add_argument("--cell-timeout", type=integer(1), default=None,
                            help="override the per-lab cell timeout (seconds)")
     class_cmd = commands.add_parser("make-class", help="write a synthetic class to grade")
-    class_cmd.add_argument("folder", type=Path, help="where to write the notebooks")
+    class_cmd.add_argument("folder", type=output_folder, help="where to write the notebooks")
     class_cmd.add_argument("--students", type=integer(1), default=30,
                            help="students in the class (default 30)")
     class_cmd.add_argument("--lab", action="append", help="only this lab (repeatable)")
@@ -53,10 +54,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown lab {', '.join(unknown)} (labs: {', '.join(known)})")
     if args.command == "grade" and not args.folder.is_dir():
         parser.error(f"{args.folder}: no such folder (grade takes the folder of submissions)")
-    if args.command == "grade" and args.out is not None and args.out.exists() \
-            and not args.out.is_dir():
-        parser.error(f"--out {args.out}: a file, not a folder (grades.csv and the feedback "
-                     "go in it)")
 
     if args.command == "release":
         from minidist.course.release import release

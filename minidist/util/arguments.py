@@ -65,18 +65,30 @@ def output_file(text: str) -> str:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file's name")
+    _writable_folder(path.parent, f"the folder of {text!r}")
+    return text
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type``: a folder the run writes into (grades, decks, a class),
+    made if missing and checked writable before the run starts, as :func:`output_file`."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    _writable_folder(path, repr(text))
+    return path
+
+
+def _writable_folder(folder: Path, named: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise argparse.ArgumentTypeError(f"cannot make the folder of {text!r}: "
-                                         f"{err.strerror}") from None
+        raise argparse.ArgumentTypeError(f"cannot make {named}: {err.strerror}") from None
     try:  # a file made there and gone (os.access says yes to root, even on a read-only place)
-        with tempfile.TemporaryFile(dir=path.parent):
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as err:
-        raise argparse.ArgumentTypeError(f"cannot write into the folder of {text!r}: "
-                                         f"{err.strerror}") from None
-    return text
+        raise argparse.ArgumentTypeError(f"cannot write into {named}: {err.strerror}") from None
 
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".webp", ".gif", ".tif", ".tiff",
