@@ -294,11 +294,20 @@ def build(out: Path = OUT, decks: list[str] | None = None, pdf: bool = True) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from minidist.util.arguments import output_folder
+
+    numbers = sorted(p.name[:2] for p in SOURCES.glob("*.md"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--decks", nargs="*", help="deck numbers (default: all)")
+    parser.add_argument("--out", type=output_folder, default=OUT)
+    parser.add_argument("--decks", nargs="*", help=f"deck numbers (default: all; the decks: "
+                                                    f"{' '.join(numbers)})")
     parser.add_argument("--no-pdf", action="store_true", help="HTML only")
     args = parser.parse_args(argv)
+    unknown = [d for d in args.decks or [] if d.zfill(2) not in numbers]
+    if unknown or args.decks == []:  # once: nothing built, and exit 0
+        parser.error(f"--decks {' '.join(unknown) or 'needs a deck number'}: no such deck "
+                     f"(the decks: {' '.join(numbers)})" if unknown else
+                     f"--decks needs deck numbers (the decks: {' '.join(numbers)})")
     build(args.out, args.decks, pdf=not args.no_pdf)
     return 0
 

@@ -70,6 +70,20 @@ def test_a_missing_or_failing_figure_is_pending_not_fatal(tmp_path, capsys):
     assert "figure pending: raises" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--decks", "9"], "--decks 9: no such deck (the decks: 01 02 03 04 05 06 07)"),
+    (["--decks", "3", "abc"], "--decks abc: no such deck"),
+    (["--decks"], "--decks needs deck numbers"),
+    (["--out", "{tmp}/file/out"], "cannot make '{tmp}/file/out'"),
+])
+def test_a_deck_that_is_not_there_is_a_usage_error(tmp_path, capsys, argv, said):
+    """`--decks 9` built nothing and exited 0; an --out under a file gave a traceback."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as ended:
+        build.main([*(word.format(tmp=tmp_path) for word in argv), "--no-pdf"])
+    assert ended.value.code == 2 and said.format(tmp=tmp_path) in capsys.readouterr().err
+
+
 def test_markdown_subset():
     html = build.render(["- a", "  - b", "  continued", "- c", "", "| x | y |", "|---|---|",
                          "| `1` | **2** |", "", "```", "a < b", "```"], lambda c, t: "")
