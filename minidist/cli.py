@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return mpirun_main(rest)
     if command in ("example", "bench") and rest:
         package = "examples" if command == "example" else "bench"
+        if rest[0] in ("-h", "--help"):
+            print(f"minidist {command} NAME [ARGS...]: python -m minidist.{package}.NAME; "
+                  f"NAME is one of {', '.join(_modules(package))}")
+            return 0
         module = f"minidist.{package}.{rest[0]}"
         if not rest[0].isidentifier() or importlib.util.find_spec(module) is None:
             print(f"minidist {command}: no {command} named {rest[0]!r}; there are "

@@ -119,6 +119,8 @@ def test_an_unknown_example_or_benchmark_is_named_with_those_there_are(command, 
     assert f"no {command} named 'mlpp'; there are " in said
     assert ("mlp_ddp" if command == "example" else "allreduce") in said
     assert "options" not in said.split("there are ")[1]  # a helper, not a program
+    assert main([command, "--help"]) == 0  # it said "no example named '--help'"
+    assert f"minidist {command} NAME [ARGS...]" in capsys.readouterr().out
 
 
 def test_python_dash_m_minidist_is_the_minidist_command():
