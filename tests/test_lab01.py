@@ -199,6 +199,11 @@ def test_failures_read_as_one_sentence():
     with pytest.raises(CheckFailed, match=r"^v: differs at \[1, 2\]: got 5, expected 0 "):
         expect_close("v", np.arange(6.0).reshape(2, 3) * (np.arange(6) == 5).reshape(2, 3),
                      np.zeros((2, 3)))
+    with pytest.raises(CheckFailed, match=r"got 1.1478122, expected 1.1478123 \(1 of 1 values "
+                                          r"wrong; your values are float32, the expected float64"):
+        expect_close("f32", np.float32([1.1478123]), [1.1478123456789], 1e-10, 1e-12)
+    with pytest.raises(CheckFailed, match=r"got 0.06286510001, expected 0.0628651 "):
+        expect_close("tight", [0.0628651 + 1e-11], [0.0628651], 1e-10, 1e-12)
     with pytest.raises(CheckFailed, match=r"^Task X: not done yet"):
         with task("Task X"):
             raise NotImplementedError()

@@ -276,6 +276,19 @@ class KeepsViews(MyParallelMLP):
         self.w2, self.b2 = Parameter(w2[:, hidden]), Parameter(b2)
 
 
+class FloorSplit(MyParallelMLP):
+    """hidden // P units a rank, not slice_of: with P not dividing hidden, units dropped
+    without a word (it scored full marks: every case had P dividing hidden)."""
+
+    def __init__(self, w1, b1, w2, b2, c, activation="relu"):
+        Module.__init__(self)
+        n = w1.shape[0] // c.size
+        hidden = slice(c.rank * n, (c.rank + 1) * n)
+        self.c, self.activation = c, activation
+        self.w1, self.b1 = Parameter(w1[hidden].copy()), Parameter(b1[hidden].copy())
+        self.w2, self.b2 = Parameter(w2[:, hidden].copy()), Parameter(b2.copy())
+
+
 class OnTheLibrary(ParallelMLP):
     pass
 
@@ -296,6 +309,8 @@ class CallsTheLibrary(MyParallelMLP):
     (BiasOnEveryRank, r"the output on rank 0: differs.* off by \(P - 1\)·b2: add b2 once"),
     (Whole, r"rank 0's w1, of which it keeps hidden units 0..3 \(it kept the whole matrix"),
     (OnTheLibrary, r"build your class on Module, not on the library's ParallelMLP"),
+    (FloorSplit, r"with 9 hidden units on P = 2 ranks the layer was made without an error "
+                 r"\(on ranks \[0, 1\]: .*split them with slice_of"),
     (KeepsViews, r"rank 0's w1, b1, w2, b2 share memory with the whole weights the layer was "
                  r"given \(views of w1, b1, w2, b2\): keep copies of your slices"),
 ])

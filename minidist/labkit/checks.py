@@ -56,9 +56,22 @@ def expect_close(what: str, got: Any, expected: Any, rtol: float = 1e-5,
     if wrong.any():
         index = tuple(int(i) for i in np.argwhere(wrong)[0])
         where = f" at {list(index)}" if index else ""
-        raise CheckFailed(f"{what}: differs{where}: got {got[index]:.6g}, "
-                          f"expected {expected[index]:.6g} ({int(wrong.sum())} of "
-                          f"{wrong.size} values wrong)")
+        mine, theirs = _told_apart(got[index], expected[index])
+        dtypes = f"; your values are {got.dtype}, the expected {expected.dtype}" \
+            if got.dtype != expected.dtype else ""
+        raise CheckFailed(f"{what}: differs{where}: got {mine}, expected {theirs} "
+                          f"({int(wrong.sum())} of {wrong.size} values wrong{dtypes})")
+
+
+def _told_apart(got: Any, expected: Any) -> tuple[str, str]:
+    """Both numbers with 6 significant digits, or as many more as it takes for them to
+    differ on the page (a float32 answer checked at rtol 1e-10 once read "got 1.14781,
+    expected 1.14781")."""
+    for digits in range(6, 18):
+        shown = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return shown
 
 
 def numerical_gradient(f: Callable[..., float], arrays: list[np.ndarray], which: int,

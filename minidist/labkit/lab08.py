@@ -47,6 +47,7 @@ from minidist.labkit.lab08_ranks import (
     g_forward,
     mlp_forward,
     mlp_on_rank,
+    mlp_refusal,
     mlp_results,
 )
 from minidist.labkit.ranks import run_ranks
@@ -264,3 +265,13 @@ def check_mlp_split(mlp_class: type, world_size: int, d: int, hidden: int,
                        [allreduce_traffic(world_size, [(n, d)], c) for c in (True, False)],
                        f"the column-then-row split sends exactly one allreduce of {of} "
                        f"({n} x {d} values) in {phase}", hints)
+    if world_size > 1:  # the text's promise: P that does not divide hidden is an error
+        uneven = {name: np.zeros(tuple(hidden + 1 if k == hidden else k for k in shape))
+                  for name, shape in shapes.items()}
+        refused, _ = run_ranks(lambda c: on_student(mlp_refusal, mlp_class, c, uneven,
+                                                     activation), world_size, what, block)
+        made = [rank for rank, no in enumerate(refused) if not no]
+        expect(not made, f"{what}: with {hidden + 1} hidden units on P = {world_size} ranks "
+               f"the layer was made without an error (on ranks {made}: units were dropped "
+               "or kept twice): split them with slice_of, which raises a clear error when P "
+               "does not divide hidden")

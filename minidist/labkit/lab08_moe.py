@@ -111,9 +111,10 @@ def check_dispatch(dispatch: Callable[..., Any], send_back: Callable[..., Any],
     results, _ = run_ranks(only_dispatch, world_size, what, block)
     for rank, (received, table) in enumerate(results):
         expect_received(what, rank, received, lay)
-        expect(np.issubdtype(table.dtype, np.integer), f"{what}: rank {rank}'s table is an "
-               f"array of {table.dtype}; it counts rows: an integer array (np.int64), as "
-               "alltoall returns the int64 counts, which send_back and the layer use as counts")
+        expect(table.dtype == np.int64, f"{what}: rank {rank}'s table is an array of "
+               f"{table.dtype}; it counts rows: an np.int64 array, as the text's counts are "
+               "(alltoall returns them in the dtype they were sent in; send_back and the "
+               "layer use them as counts)")
         expect(table.shape == lay["tables"][rank].shape and
                np.array_equal(table, lay["tables"][rank]), f"{what}: rank {rank}'s table is "
                f"{table.tolist()}, expected {lay['tables'][rank].tolist()}: table[i, e] rows "

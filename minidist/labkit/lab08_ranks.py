@@ -85,6 +85,16 @@ def mlp_on_rank(mlp_class: type, c: Any, w: dict[str, np.ndarray],
     return bench, {name: to_numpy(p.data).copy() for name, p in named.items()}, views
 
 
+def mlp_refusal(mlp_class: type, c: Any, w: dict[str, np.ndarray], activation: str) -> bool:
+    """Probe: whether ``mlp_class`` refuses weights whose hidden units P does not divide
+    (a ValueError, as ``slice_of`` raises)."""
+    try:
+        mlp_class(w["w1"], w["b1"], w["w2"], w["b2"], c, activation)
+    except ValueError:
+        return True
+    return False
+
+
 def mlp_forward(bench: Bench, c: Any, x: np.ndarray) -> None:
     """Probe: the layer on a copy of x."""
     bench.x = Tensor(x.copy(), requires_grad=True)
