@@ -59,6 +59,10 @@ def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):
     ("examples.ps_staleness", ["--plot", "out"], "argument --plot: 'out': name the plot's"),
     ("examples.pipeline", ["--gantt", "g.html"], "argument --gantt: 'g.html': name the"),
     ("bench.fit", ["--out", "."], "argument --out: '.' is a folder; give a file's name"),
+    ("bench.ddp", ["--timeline", "/proc/x/t.png"], "argument --timeline: cannot make the "
+                                                   "folder of '/proc/x/t.png'"),
+    ("bench.allreduce", ["--sizes", "6,64"], "--sizes 6: not a whole number of float32 values"),
+    ("bench.allreduce", ["--max-size", "100", "--dtype", "float64"], "--sizes 100: not a whole"),
 ])
 def test_an_output_the_run_could_not_write_is_refused_before_it(module, options, message,
                                                                  capsys):
@@ -86,8 +90,12 @@ def test_an_output_the_run_could_not_write_is_refused_before_it(module, options,
     ("mlp_ddp", ["--algorithm", "bogus"], "argument --algorithm: invalid choice: 'bogus'"),
     ("moe", ["--top-k", "0"], "argument --top-k: wants an integer >= 1, got '0'"),
     ("zero", ["--lr", "-1"], "argument --lr: wants a finite number > 0, got '-1'"),
+    *[(example, ["--seed", "-1"], "argument --seed: wants an integer >= 0, got '-1'")
+      for example in ("ps_staleness", "fedavg", "zero", "moe", "ps_mlp", "tensor_parallel",
+                      "ps_hotspots", "pipeline", "glove", "parallel_3d")],
 ])
 def test_a_bad_value_is_a_usage_error_naming_its_option(example, options, message, capsys):
+    """(Nine examples' --seed -1 was numpy's traceback on every rank.)"""
     main = importlib.import_module(f"minidist.examples.{example}").main
     with pytest.raises(SystemExit) as exit_:
         main(options)

@@ -263,6 +263,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="each: fit the model at each size in this run (default); "
                         "saved: use the fit saved by python -m minidist.bench.fit")
     args = parser.parse_args(argv)
+    args.sizes = args.sizes or default_sizes(8, args.max_size, args.factor)
+    itemsize = np.dtype(args.dtype).itemsize
+    if uneven := [n for n in args.sizes if n % itemsize]:  # once found on every rank, running
+        parser.error(f"--sizes {','.join(map(str, uneven))}: not a whole number of "
+                     f"{args.dtype} values ({itemsize} B each)")
     if args.fit == "saved" and not network_model_path().exists():  # not the defaults, unsaid
         parser.error(f"--fit saved: no fit saved at {network_model_path()}; run python -m "
                      "minidist.bench.fit first")
@@ -281,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.allreduce: needs at least 2 ranks, mpiexec started {c.size}",
               file=sys.stderr)
         exit_together(2)
-    sizes = args.sizes or default_sizes(8, args.max_size, args.factor)
+    sizes = args.sizes
     algorithms = args.algorithms
     dtype = np.dtype(args.dtype)
     saved = (load_network_model(host=True), load_local_prices()) if args.fit == "saved" else None

@@ -53,7 +53,7 @@ from minidist.nn.functional import cross_entropy
 from minidist.optim import SGD
 from minidist.parallel.ddp import DataParallel
 from minidist.parallel.timing import TraceRecorder
-from minidist.util.arguments import integer, listing, number
+from minidist.util.arguments import image_file, integer, listing, number
 from minidist.util.mpiexec import run_module_under_mpi
 
 DEFAULT_BUCKETS = "25 MB, first 1 MB"  # DataParallel's defaults
@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the scaling MLP")
     parser.add_argument("--batch", type=integer(1), default=512, help="per rank, for scaling")
     parser.add_argument("--delay", type=number(least=0), default=0.05, help="straggler's sleep (s)")
-    parser.add_argument("--timeline", default=None, help="PNG of the straggler's trace")
+    parser.add_argument("--timeline", type=image_file, default=None,
+                        help="PNG of the straggler's trace")
     args = parser.parse_args(argv)
     if not running_under_mpi():
         return run_module_under_mpi("minidist.bench.ddp", args.ranks, argv)

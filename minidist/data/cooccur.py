@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="count left contexts only (X[left word, right word])")
     parser.add_argument("--no-distance-weighting", action="store_true",
                         help="a pair adds 1 at any distance instead of 1/distance")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    parser.add_argument("--seed", type=integer(0), default=0, help="seed of the synthetic corpus")
     parser.add_argument("--num-tokens", type=integer(1), default=None,
                         help="size of the synthetic corpus (its default otherwise)")
     args = parser.parse_args(argv)

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, FedRun] | None:
     parser.add_argument("--split", choices=SPLITS, default="noniid")
     parser.add_argument("--alpha", type=number(above=0), default=0.5, help="Dirichlet's alpha")
     parser.add_argument("--hidden", type=integer(1), default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--target", type=number(least=0, most=1), default=0.93,
                         help="report the rounds each run needs to reach this accuracy")
     parser.add_argument("--plot", type=image_file,

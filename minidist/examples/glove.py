@@ -213,7 +213,7 @@ def parse_args(argv: list[str] | None = None
     parser.add_argument("--epochs", type=integer(1), default=10)
     parser.add_argument("--batch-size", type=integer(1), default=256,
                         help="records per step of the mini-batch strategies")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
                         help="default: records (on the strict device: single)")
     parser.add_argument("--threads", type=integer(1), default=None,

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--lr", type=number(above=0), default=3e-3)
     parser.add_argument("--balance", type=number(least=0), default=0.1,
                         help="weight of the balancing loss (0: none)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     add_device_option(parser)
     args = parser.parse_args(argv)
     device = choose_device(parser, args.device)  # on every rank, before the model is built

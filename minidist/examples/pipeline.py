@@ -169,7 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=integer(1), nargs="+", default=[256],
                         help="widths of the hidden layers")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--ranks", type=integer(1), default=None,
                         help="in-process ranks when not under mpirun (default 1)")
     add_device_option(parser)

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--servers", type=integer(1), default=4)
     parser.add_argument("--workers", type=integer(1), default=4)
     parser.add_argument("--steps", type=integer(1), default=30)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--plot", type=image_file, help="save the load chart here (PNG)")
     parser.add_argument("--race", action="store_true",
                         help="Hogwild against a parameter server instead")

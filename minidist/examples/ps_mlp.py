@@ -224,7 +224,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=integer(1), default=200, help="clocks per worker")
     parser.add_argument("--batch-size", type=integer(1), default=32)
     parser.add_argument("--hidden", type=integer(1), default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--eval-every", type=integer(1), default=10,
                         help="worker 0 scores every k clocks")
     parser.add_argument("--target", type=number(above=0), default=0.3, help="the test loss to time")

@@ -143,7 +143,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--staleness", type=integer(0), default=3, help="s of SSP(s)")
     parser.add_argument("--targets", type=lambda s: [float(x) for x in s.split(",")],
                         default=[1.0, 0.7, 0.5, 0.3], help="test losses the races time")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--plot", type=image_file, default=None, help="save the figure here (PNG)")
     args = parser.parse_args(argv)
     for method in args.methods:

@@ -74,7 +74,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=integer(1), default=16, help="windows per step")
     parser.add_argument("--lr", type=number(above=0), default=3e-3, help="Adam's learning rate")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     add_device_option(parser)
 
 

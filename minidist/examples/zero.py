@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="learning rate (default: 3e-3 for adam, 0.05 for sgd)")
     parser.add_argument("--hidden", type=integer(1), default=256)
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the DDP and one-process runs")
     add_device_option(parser)
