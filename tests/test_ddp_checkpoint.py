@@ -170,6 +170,30 @@ def test_mlp_ddp_resumed_in_the_middle_of_an_epoch_ends_as_if_never_stopped(tmp_
         np.testing.assert_array_equal(theirs.numpy(), mine.numpy())
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("change, said", [
+    (dict(seed=5), "with seed 0, this one has 5: resume with seed 0"),
+    (dict(global_batch=32), "with global_batch 64, this one has 32: resume with global_batch 64"),
+])
+def test_mlp_ddp_resumed_with_another_seed_or_batch_is_refused(tmp_path, change, said):
+    """Both were taken: another seed split the digits anew and scored the model on samples
+    it had trained on (99.4 %); another batch read the saved step in its own batches."""
+    options = dict(epochs=1, hidden=8, global_batch=64, progress=False, checkpoint_every=10,
+                   checkpoint_dir=str(tmp_path))
+    mlp_ddp.train(ONE, **options)
+    with pytest.raises(ValueError, match=said):
+        mlp_ddp.train(ONE, **{**options, "epochs": 2, **change})
+
+
+def test_mlp_ddp_resumed_past_its_epochs_says_how_far_the_model_went(tmp_path, capsys):
+    """It printed "after 1 epochs" for a model trained 2 and resumed with --epochs 1."""
+    options = ["--hidden", "8", "--global-batch", "64", "--checkpoint-dir", str(tmp_path)]
+    mlp_ddp.main([*options, "--epochs", "2"])
+    capsys.readouterr()
+    assert mlp_ddp.main([*options, "--epochs", "1"])["epochs"] == 2
+    assert "after 2 epochs (resumed past --epochs 1) on 1 ranks" in capsys.readouterr().out
+
+
 def test_a_later_step_left_by_another_run_is_removed_not_the_one_just_written(tmp_path):
     """A run started afresh in a folder holding steps 500 and 1000 of an earlier one lost
     every save until step 1000 (the keep newest by name), and a resume took step 1000."""

@@ -111,7 +111,10 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
 
     step, losses, overlap = 0, [], []
     total = np.zeros(2)  # this rank's summed loss and sample count in the epoch
-    saved = (load_checkpoint(checkpoint_dir, model, opt, c, scheduler=scheduler)
+    # the seed orders and splits the data, the batch size is what a step counts: as saved
+    settings = {"seed": seed, "global_batch": global_batch}
+    saved = (load_checkpoint(checkpoint_dir, model, opt, c, scheduler=scheduler,
+                             settings=settings)
              if checkpoint_dir else None)  # the schedule goes on from its saved step
     if saved is not None:
         step, losses = saved.step, saved.extra["losses"]
@@ -125,7 +128,7 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
         # communication: every rank's loss sums so far, saved by rank 0 with the model
         totals = allgather(total, c).tolist()
         save_checkpoint(checkpoint_dir, step, model, opt, c, scheduler=scheduler,
-                        extra={"losses": losses, "totals": totals})
+                        extra={"losses": losses, "totals": totals}, settings=settings)
 
     start = time.perf_counter()
     bar = tqdm(range(first_epoch, epochs), desc=f"epochs ({c.size} ranks)",
@@ -154,6 +157,7 @@ def train(comm: Communicator | None = None, epochs: int = 20, global_batch: int 
             checkpoint()  # at the epoch's end; at the run's, so that a rerun has nothing to do
     seconds = time.perf_counter() - start
     return dict(model=model.module, losses=losses, seconds=seconds,
+                epochs=step / len(loader),  # trained: past `epochs` if resumed from beyond
                 accuracy=accuracy(model.module, test_set.x, test_set.y),
                 lr=opt.param_groups[0]["lr"],
                 overlap=float(np.mean(overlap)) if overlap else 0.0)
@@ -198,8 +202,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    algorithm=args.algorithm, checkpoint_dir=args.checkpoint_dir,
                    checkpoint_every=args.checkpoint_every)
     if c.rank == 0:
-        print(f"test accuracy {result['accuracy']:.2%} after {args.epochs} epochs on {c.size} "
-              f"ranks ({device}), global batch {args.global_batch}, final lr {result['lr']:.3g} "
+        past = f" (resumed past --epochs {args.epochs})" if result["epochs"] > args.epochs else ""
+        print(f"test accuracy {result['accuracy']:.2%} after {result['epochs']:g} epochs{past} "
+              f"on {c.size} ranks ({device}), global batch {args.global_batch}, final lr "
+              f"{result['lr']:.3g} "
               f"({result['seconds']:.1f} s of training, {result['overlap']:.0%} of "
               "communication hidden behind backward)")
     return result

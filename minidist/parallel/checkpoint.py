@@ -24,7 +24,9 @@ A checkpoint holds what the rest of the run depends on:
 5. ``extra``: whatever else the loop wants back (the losses so far), as JSON;
 6. the number of ranks: which samples each rank takes depends on it, so a
    run resumes on as many ranks as wrote the checkpoint (else a clear
-   error on every rank).
+   error on every rank); and ``settings``, the run's own such choices (the
+   seed that orders and splits its data, its batch size, by which ``step``
+   counts batches), each refused alike when a resume changes it.
 
 **Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
 identical, so rank 0's copy is the checkpoint. ZeRO's ``ShardedOptimizer``
@@ -97,10 +99,12 @@ def _checkpoints(folder: str | os.PathLike) -> list[tuple[int, Path]]:
 def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimizer: Any,
                     comm: Communicator, *, rng: np.random.Generator | None = None,
                     extra: dict[str, Any] | None = None, keep: int = 2,
-                    scheduler: Any = None) -> Path | None:
+                    scheduler: Any = None, settings: dict[str, Any] | None = None
+                    ) -> Path | None:
     """Rank 0 writes the checkpoint of ``step`` atomically and keeps the ``keep`` newest;
     returns its path there, None on the other ranks (which do nothing). ``scheduler``:
-    an ``LRScheduler`` whose state is saved too.
+    an ``LRScheduler`` whose state is saved too; ``settings``: JSON values a resume must
+    not change (module docstring, 6).
 
     A checkpoint of a later step already in ``folder`` is another run's (this one
     started afresh there): it is removed, or a resume would take it for this run's."""
@@ -114,6 +118,7 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
         return None
     arrays: dict[str, np.ndarray] = {}
     meta = {"step": int(step), "ranks": comm.size, "extra": extra or {},
+            "settings": settings or {},
             "model": _split(model.state_dict(), "model", arrays),
             "optim": _split(optimizer.state_dict(), "optim", arrays),
             "rng": rng.bit_generator.state if rng is not None else None,
@@ -139,11 +144,13 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
 
 def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
                     comm: Communicator, *, rng: np.random.Generator | None = None,
-                    scheduler: Any = None) -> Checkpoint | None:
+                    scheduler: Any = None, settings: dict[str, Any] | None = None
+                    ) -> Checkpoint | None:
     """Restore the newest checkpoint in ``folder`` into ``model``, ``optimizer`` (and
     ``rng``, ``scheduler``: built before, as for the first run) on every rank; None,
     changing nothing, when there is none. A checkpoint refused (another optimiser, other
-    shapes, another number of ranks) changes nothing either."""
+    shapes, another number of ranks, another value of one of ``settings``: those
+    ``save_checkpoint`` was given) changes nothing either."""
     _check_has_state(optimizer, scheduler)
     step = -1  # none
     if comm.rank == 0:
@@ -163,6 +170,12 @@ def load_checkpoint(folder: str | os.PathLike, model: Module, optimizer: Any,
         raise ValueError(f"{path} was written by a run on {meta['ranks']} ranks, this one "
                          f"has {comm.size}: resume on {meta['ranks']} ranks, or start "
                          "afresh in another folder")
+    saved = meta.get("settings", {})
+    for name, value in (settings or {}).items():  # JSON's values: a tuple came back a list
+        if name in saved and saved[name] != json.loads(json.dumps(value)):
+            raise ValueError(f"{path} was written by a run with {name} {saved[name]!r}, this "
+                             f"one has {value!r}: resume with {name} {saved[name]!r}, or "
+                             "start afresh in another folder")
     # before anything changes
     _check_part(path, meta.get("scheduler"), scheduler, "learning-rate scheduler", "scheduler",
                 "its step count would restart at 0, its learning rate not resumed")
