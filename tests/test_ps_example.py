@@ -40,18 +40,34 @@ def test_a_run_stopped_and_started_again_resumes_and_ends_as_one_never_stopped(
 
 
 @pytest.mark.timeout(60)
-def test_resuming_with_another_server_count_says_so_on_every_rank(tmp_path, capsys):
-    """It ended in a traceback of the servers naming key ranges ((np.int64(0),
-    np.int64(76)) against (0, 38)), not the two counts."""
+@pytest.mark.parametrize("change, said", [
+    (["--servers", "2"], "was saved by 1 server(s), and this run has 2: resume with as many"),
+    (["--optimizer", "adam"], "holds the state of the servers' sgd optimiser, and this run's "
+                              "is adam: resume with it"),
+])
+def test_resuming_with_another_server_count_or_optimiser_says_so_on_every_rank(
+        tmp_path, capsys, change, said):
+    """Another server count ended in a traceback of the servers naming key ranges
+    ((np.int64(0), np.int64(76)) against (0, 38)); another optimiser in a KeyError
+    (sgd to adam), or its state dropped without a word (adam to sgd)."""
     options = ["--ranks", "4", "--steps", "10", "--checkpoint-dir", str(tmp_path)]
     ps_mlp.main([*options, "--checkpoint-every", "5"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as ended:
-        ps_mlp.main([*options, "--servers", "2"])
-    said = capsys.readouterr().err
-    assert ended.value.code == 2 and "Traceback" not in said
-    assert said.startswith("ps_mlp (rank 0): the checkpoint in") and \
-        "was saved by 1 server(s), and this run has 2: resume with as many" in said
+        ps_mlp.main([*options, *change])
+    told = capsys.readouterr().err
+    assert ended.value.code == 2 and "Traceback" not in told
+    assert told.startswith("ps_mlp (rank 0): the checkpoint in") and said in told
+
+
+@pytest.mark.timeout(60)
+def test_a_run_resumed_past_its_steps_says_how_many_clocks_the_model_had(tmp_path, capsys):
+    """It printed "10 clocks" for the 20-clock model it scored."""
+    options = ["--ranks", "4", "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "5"]
+    ps_mlp.main([*options, "--steps", "20"])
+    capsys.readouterr()
+    assert ps_mlp.main([*options, "--steps", "10"])["clocks"] == 20
+    assert "20 clocks (resumed past --steps 10): test accuracy" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(60)

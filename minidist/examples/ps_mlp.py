@@ -146,14 +146,16 @@ def run(c: Communicator, args: argparse.Namespace, progress: bool = True) -> dic
     reached = result.time_to_loss(args.target) if worker == 0 else None
     server = c.rank < args.servers
     mine = np.array([reached if reached is not None else (np.nan if worker == 0 else 0.0),
-                     c.stats.messages_recv if server else 0, c.stats.bytes_recv if server else 0])
-    # communication: rank 0 learns worker 0's time to the target and the servers' traffic
-    reached, messages, nbytes = allreduce(mine, c)
+                     c.stats.messages_recv if server else 0, c.stats.bytes_recv if server else 0,
+                     result.curve[-1][1] if worker == 0 else 0])
+    # communication: rank 0 learns worker 0's time to the target and clocks, and the
+    # servers' traffic
+    reached, messages, nbytes, clocks = allreduce(mine, c)
     if c.rank != 0:
         return {"run": result}
     return {"run": result, "accuracy": result.accuracy, "loss": result.loss,
             "seconds": result.seconds, "time_to_target": None if np.isnan(reached) else reached,
-            "messages": int(messages), "bytes": int(nbytes)}
+            "messages": int(messages), "bytes": int(nbytes), "clocks": int(clocks)}
 
 
 def resuming(c: Communicator, folder: str) -> dict:
@@ -173,8 +175,10 @@ def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: 
     mean = sum(s * n for s, n in reads.items()) / count if count else 0.0
     reached = summary["time_to_target"]
     clock = "modelled s" if modelled else "s"
+    past = f" (resumed past --steps {args.steps})" if summary["clocks"] > args.steps else ""
     return (f"{args.consistency}{f'({args.staleness})' if args.consistency == 'ssp' else ''}, "
-            f"{args.servers} server(s) + {ranks - args.servers} worker(s), {args.steps} clocks: "
+            f"{args.servers} server(s) + {ranks - args.servers} worker(s), {summary['clocks']} "
+            f"clocks{past}: "
             f"test accuracy {summary['accuracy']:.2%}, loss {summary['loss']:.4f}, "
             f"{summary['seconds']:.3g} {clock}; loss <= {args.target} at "
             f"{'never' if reached is None else f'{reached:.3g} {clock}'}; read staleness max "
@@ -259,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         ranks = run_ranks(c, args.ranks, default=4)
         ps_options(args, ranks)
         if args.checkpoint_dir is not None and shard_file(args.checkpoint_dir, 0).exists():
-            saved_clock(args.checkpoint_dir, args.servers)  # saved by as many servers?
+            saved_clock(args.checkpoint_dir, args.servers, args.optimizer)  # as saved?
     if modelled:
         slow = {args.straggler[0]: Straggler(slowdown=args.straggler[1])} if args.straggler else {}
         results = LocalCluster(ranks, stragglers=slow).run(run, args=(args,), timeout=None)

@@ -3,8 +3,10 @@
 A checkpoint is taken at a clock every running worker has reached (they all
 ask for it; ``server.py`` saves once the last has). Each server writes its
 own file, ``{path}/shard-{server}.npz``: the values, the optimiser's state,
-the version, the clock, its key range and the number of servers (a run
-resumes with as many as saved it: each server's range depends on the count).
+the version, the clock, its key range, the number of servers and the
+optimiser's rule (a run resumes with as many servers as saved it, each
+server's range depending on the count, and with the same rule, whose state
+the file holds).
 Atomically: written to a temporary file in the same directory, flushed to the
 disk (``fsync``), then renamed over the old one (a rename within one file
 system is atomic), so a crash leaves either the old checkpoint or the new one,
@@ -49,7 +51,7 @@ def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: i
     target.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"values": shard.values, "version": np.int64(shard.version),
               "clock": np.int64(clock), "key_range": np.array(key_range, np.int64),
-              "servers": np.int64(servers)}
+              "servers": np.int64(servers), "rule": np.array(shard.optimizer.rule)}
     if shard.sums is not None:
         arrays["sums"] = shard.sums
     if shard.moments is not None:
@@ -63,10 +65,11 @@ def save_shard(path: str | os.PathLike, server: int, shard: ShardState, clock: i
     return target
 
 
-def saved_clock(path: str | os.PathLike, servers: int) -> int:
+def saved_clock(path: str | os.PathLike, servers: int, rule: str) -> int:
     """The clock the checkpoint in ``path`` was taken at, read from server 0's file by
     every rank alike; a checkpoint saved by another number of servers than ``servers``
-    is refused (each server's key range depends on the count)."""
+    (each server's key range depends on the count) or by another optimiser ``rule``
+    (its state is another's) is refused."""
     first = shard_file(path, 0)
     if not first.exists():
         raise FileNotFoundError(f"resume: no checkpoint in {path} ({first} does not exist)")
@@ -75,6 +78,10 @@ def saved_clock(path: str | os.PathLike, servers: int) -> int:
             raise ValueError(f"the checkpoint in {path} was saved by {int(saved['servers'])} "
                              f"server(s), and this run has {servers}: resume with as many, "
                              f"or start again in another folder")
+        if "rule" in saved and str(saved["rule"]) != rule:
+            raise ValueError(f"the checkpoint in {path} holds the state of the servers' "
+                             f"{saved['rule']} optimiser, and this run's is {rule}: resume "
+                             "with it, or start again in another folder")
         return int(saved["clock"])
 
 

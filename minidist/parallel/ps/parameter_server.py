@@ -94,7 +94,8 @@ class ParameterServer:
         self.softsync, self.dtype = softsync, np.dtype(dtype)
         self.deterministic = modelled if deterministic is None else deterministic
         self.checkpoint, self.ranges = checkpoint, layout.split(servers, key_load)
-        self.start_clock = saved_clock(checkpoint, servers) if resume else 0
+        self.start_clock = saved_clock(checkpoint, servers, self.optimizer.rule) \
+            if resume else 0
         self.resume = resume
         self.is_server = c.rank < servers
         self.workers = list(range(servers, c.size))

@@ -160,7 +160,8 @@ def _work(c, ps, model, layout, train_set, test_set, steps, batch_size, seed, co
             on_step(t)
     if w == 0:
         load_values(model, layout, values)
-        curve.append(_score(c, started, steps, model, test_set))
+        curve.append(_score(c, started, worker.clock, model, test_set))  # past steps if
+        # resumed from a checkpoint beyond them
     worker.stop()
     return curve
 
