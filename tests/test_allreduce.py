@@ -69,16 +69,20 @@ def noisy_data(rank: int) -> np.ndarray:
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 @pytest.mark.parametrize("p", [3, 5, 8])
 def test_same_bits_on_every_rank(algorithm: str, p: int) -> None:
-    """Random floats (summation order matters) and signed zeros (max/min order matters)."""
+    """Random floats (summation order matters), signed zeros (max/min order matters) and
+    NaNs of different payloads, one value long too (numpy's add of one element written
+    over its first operand took the second's payload: ranks differed)."""
     def body(c):
         noisy = noisy_data(c.rank)
         zeros = np.where(np.random.default_rng(c.rank).random(64) < 0.5, 0.0, -0.0)
+        nans = np.full(3, 0x7FF8000000000000 | (c.rank + 1), np.uint64).view(np.float64)
         return (allreduce(noisy, c, "sum", algorithm),
                 allreduce(noisy.astype(np.float32), c, "sum", algorithm),
-                allreduce(zeros, c, "max", algorithm), allreduce(zeros, c, "min", algorithm))
+                allreduce(zeros, c, "max", algorithm), allreduce(zeros, c, "min", algorithm),
+                allreduce(nans, c, "sum", algorithm), allreduce(nans[:1], c, "sum", algorithm))
 
     per_rank = LocalCluster(p).run(body)
-    for k in range(4):
+    for k in range(6):
         assert len({r[k].tobytes() for r in per_rank}) == 1, (algorithm, k)
     exact = np.sum([noisy_data(r) for r in range(p)], axis=0)
     np.testing.assert_allclose(per_rank[0][0], exact, rtol=1e-6, atol=1e-8 * np.abs(exact).max())

@@ -96,5 +96,7 @@ def reduce_into(op: str, acc: np.ndarray, incoming: np.ndarray,
         check_reducible(acc, op)  # raises: unknown op
     if incoming_first:
         ufunc(incoming, acc, out=acc)
+    elif acc.size == 1:  # numpy adds one element written over its first operand as if the
+        acc[...] = ufunc(acc, incoming)  # operands were swapped: the other NaN's payload
     else:
         ufunc(acc, incoming, out=acc)
