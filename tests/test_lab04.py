@@ -109,7 +109,7 @@ def test_buckets(bucket_bytes, first):
 
 
 def wrong_plan(params, bucket_bytes, first_bucket_bytes=None, *, reverse=True, dtype=True,
-               first=True, greedy=True):
+               first=True, greedy=True, full_at_capacity=False, empty_ok=False):
     """The planner with one of its rules broken."""
     order = list(reversed(range(len(params)))) if reverse else list(range(len(params)))
     out, current, used = [], [], 0
@@ -117,8 +117,10 @@ def wrong_plan(params, bucket_bytes, first_bucket_bytes=None, *, reverse=True, d
         p = params[i]
         capacity = bucket_bytes if out or not first or first_bucket_bytes is None \
             else first_bucket_bytes
-        if current and (used + p.data.nbytes > capacity or not greedy
-                        or dtype and p.dtype != params[current[0]].dtype):
+        past = used + p.data.nbytes >= capacity if full_at_capacity \
+            else used + p.data.nbytes > capacity
+        if (current or empty_ok) and (past or not greedy
+                                      or dtype and current and p.dtype != params[current[0]].dtype):
             out, current, used = out + [current], [], 0
         current, used = current + [i], used + p.data.nbytes
     return out + [current]
@@ -131,6 +133,11 @@ def wrong_plan(params, bucket_bytes, first_bucket_bytes=None, *, reverse=True, d
     (dict(first=False), (400, 40, None), "the first bucket holds 392 bytes, more than its "
                                           "capacity of 40"),
     (dict(greedy=False), (200, None, None), r"close a bucket only when the next tensor"),
+    # a bucket filled exactly (32 + 320 bytes) closed one tensor early: it scored 12/12
+    (dict(full_at_capacity=True), (352, None, None), r"the buckets are \[\[5\], \[4\], .*"
+                                                      r"expected \[\[5, 4\], \[3, 2, 1, 0\]\]"),
+    # it read "bucket 0 mixes dtypes []"
+    (dict(empty_ok=True), (0, None, None), r"bucket 0 is empty; every bucket holds at least"),
 ])
 def test_bucket_plan_names_the_broken_rule(broken, case, message):
     def planner(params, bucket_bytes, first_bucket_bytes=None):

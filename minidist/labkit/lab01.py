@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 
 from minidist.labkit.blocking import blocked
-from minidist.labkit.checks import backward_values, expect, expect_close, numerical_gradient
+from minidist.labkit.checks import (
+    CheckFailed,
+    backward_values,
+    expect,
+    expect_close,
+    numerical_gradient,
+)
 from minidist.labkit.remote import on_student
 
 
@@ -101,11 +107,28 @@ def check_backward_pass(backward_fn: Callable[[Any], None], build: Callable[...,
     for times, state in ((1, "started as None: set it"), (2, "already held a gradient: add to it")):
         backward_fn(build(*leaves, *constants))
         for i, leaf in enumerate(leaves):
-            expect_close(f"{what}: gradient of input {i} (its .grad {state})", leaf.grad,
-                         times * expected[i], rtol=1e-4, atol=1e-6)
+            try:
+                expect_close(f"{what}: gradient of input {i} (its .grad {state})", leaf.grad,
+                             times * expected[i], rtol=1e-4, atol=1e-6)
+            except CheckFailed as failure:
+                raise CheckFailed(f"{failure}{_shared_hint(leaves)}") from None
         for constant in constants:
             expect(constant.grad is None, f"{what}: a tensor that needs no gradient got a "
                    ".grad; skip the inputs that are not tensors requiring a gradient")
+
+
+def _shared_hint(leaves: list[Any]) -> str:
+    """Why a second backward went wrong when two leaves hold one gradient array: Add
+    hands its upstream gradient to both inputs, and adding in place to one adds to both."""
+    arrays = [getattr(leaf, "grad", None) for leaf in leaves]
+    for i, a in enumerate(arrays):
+        for j in range(i + 1, len(arrays)):
+            if isinstance(a, np.ndarray) and isinstance(arrays[j], np.ndarray) \
+                    and np.shares_memory(a, arrays[j]):
+                return (f" -- inputs {i} and {j} hold one .grad array (one operation handed "
+                        "both the same gradient), so adding in place to one added to both: "
+                        "store a copy of a leaf's first gradient")
+    return ""
 
 
 def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[list[Any]], Any],
@@ -114,7 +137,10 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
     """Run ``make(params)`` and ``make_reference(params)`` on the same gradients; compare.
 
     Two parameters of different shapes, ``steps`` steps with fresh random
-    gradients; a third parameter never gets a gradient and must not move.
+    gradients; a third gets one in the first half of the steps and ``None`` after, when
+    it must not move (its momentum or moments must not move it either: "treat None as
+    a zero gradient" passed when it never had one; a count of steps kept per optimiser
+    or per parameter agrees on it).
     Every step must update each ``p.data`` in place (the same array).
     The reference runs first; then ``make`` runs with the ``block`` targets blocked.
     """
@@ -124,7 +150,9 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
     rng = np.random.default_rng(seed)
     shapes = [(3, 4), (5,), (2,)]
     start = [rng.standard_normal(s) for s in shapes]
-    grads = [[rng.standard_normal(s) for s in shapes[:2]] for _ in range(steps)]
+    grads = [[rng.standard_normal(s) for s in shapes[:2]]
+             + [rng.standard_normal(shapes[2]) if step < (steps + 1) // 2 else None]
+             for step in range(steps)]
 
     def trajectory(factory: Callable[[list[Any]], Any]) -> list[list[np.ndarray]]:
         params = [Tensor(x.copy(), requires_grad=True) for x in start]
@@ -132,9 +160,8 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
         optimizer = factory(params)
         states = []
         for step, step_grads in enumerate(grads):
-            for p, g in zip(params, step_grads, strict=False):
-                p.grad = g.copy()
-            params[2].grad = None
+            for p, g in zip(params, step_grads, strict=True):
+                p.grad = None if g is None else g.copy()
             optimizer.step()
             for i, (p, array) in enumerate(zip(params, arrays, strict=True)):
                 expect(p.data is array, f"{what}: step {step + 1} replaced parameter {i}'s "
@@ -147,7 +174,9 @@ def check_optimizer(make: Callable[[list[Any]], Any], make_reference: Callable[[
         got = trajectory(make)
     for step, (got_step, expected_step) in enumerate(zip(got, expected, strict=True)):
         for i, (g, e) in enumerate(zip(got_step, expected_step, strict=True)):
-            expect_close(f"{what}: parameter {i} after step {step + 1}", g, e, rtol=1e-6,
+            idle = " (its p.grad was None at this step: it must not move)" \
+                if grads[step][i] is None else ""
+            expect_close(f"{what}: parameter {i} after step {step + 1}{idle}", g, e, rtol=1e-6,
                          atol=1e-9)
 
 

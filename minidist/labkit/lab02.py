@@ -92,14 +92,14 @@ def run_rooted(answer: Callable[..., Any], world_size: int, n: int, dtype: str, 
                block: tuple[str, ...], what: str, *args: Any) -> tuple:
     """``answer(arr, c, *args)`` on each rank, ``arr`` its own input, ``c`` logged
     (:class:`MessageLog`): the inputs as drawn, each rank's ``arr`` afterwards, the
-    results, the counters and each rank's calls."""
+    results, the counters, each rank's calls and the bytes it reduced through combine."""
     data = rank_inputs(world_size, n, dtype, seed)
     inputs = [row.copy() for row in data]
     calls: list[list[tuple[str, int]]] = [[] for _ in range(world_size)]
-    results, stats = run_ranks(
-        lambda c: answer(inputs[c.rank], MessageLog(c, calls[c.rank]), *args), world_size,
-        what, block)
-    return data, inputs, results, stats, calls
+    reduced = [[0] for _ in range(world_size)]  # bytes each rank reduced through combine
+    results, stats = run_ranks(lambda c: answer(inputs[c.rank], MessageLog(
+        c, calls[c.rank], reduced[c.rank]), *args), world_size, what, block)
+    return data, inputs, results, stats, calls, [count for count, in reduced]
 
 
 # --- Task 1: a ring exchange that cannot deadlock ------------------------------------------
@@ -136,8 +136,8 @@ def check_broadcast(broadcast: Callable[[np.ndarray, Any, int], np.ndarray], wor
     """
     __tracebackhide__ = True
     what = f"{schedule} broadcast, P = {world_size}, root {root}, {n} x {dtype}"
-    data, inputs, results, stats, calls = run_rooted(broadcast, world_size, n, dtype, seed,
-                                                     block, what, root)
+    data, inputs, results, stats, calls, _ = run_rooted(broadcast, world_size, n, dtype,
+                                                        seed, block, what, root)
     for rank, got in enumerate(results):
         expect_close(f"{what}: rank {rank}'s result", got, data[root], rtol=0, atol=0)
     expect_new_arrays(what, results, inputs, data)
@@ -167,8 +167,8 @@ def check_reduce(reduce: Callable[[np.ndarray, Any, int, str], np.ndarray | None
     each non-root rank sends one message of N bytes; ceil(log2 P) rounds, the text's tree."""
     __tracebackhide__ = True
     what = f"binomial reduce, op {op!r}, P = {world_size}, root {root}, {n} x {dtype}"
-    data, inputs, results, stats, calls = run_rooted(reduce, world_size, n, dtype, seed,
-                                                     block, what, root, op)
+    data, inputs, results, stats, calls, reduced = run_rooted(reduce, world_size, n, dtype,
+                                                              seed, block, what, root, op)
     tolerance = {"float32": 1e-5, "float64": 1e-12}.get(dtype, 0.0)
     expect_close(f"{what}: the root's result", results[root],
                  UFUNCS[op].reduce(data, axis=0).astype(dtype), rtol=tolerance, atol=tolerance)
@@ -183,6 +183,21 @@ def check_reduce(reduce: Callable[[np.ndarray, Any, int, str], np.ndarray | None
                   "one message of N bytes")
     expect_rounds(what, stats, log2_rounds(world_size), "binomial tree (ceil(log2 P))")
     expect_schedule(what, calls, root, up=True)
+    for rank, got in enumerate(reduced):  # one partial result of N bytes per child
+        want = binomial_children((rank - root) % world_size, world_size) * data[0].nbytes
+        expect(got == want, f"{what}: rank {rank} reduced {got} bytes through c.combine, "
+               f"expected {want} (one N-byte partial result per child); reduce with "
+               "c.combine(op, total, incoming), which the clock charges γ per byte")
+
+
+def binomial_children(relative: int, p: int) -> int:
+    """How many ranks send their partial result to relative rank ``relative`` in the
+    text's binomial tree: ``relative + 2^j`` for each ``2^j`` below its lowest set bit."""
+    children, step = 0, 1
+    while step < p and relative % (2 * step) == 0:
+        children += relative + step < p
+        step *= 2
+    return children
 
 
 # --- Tasks 5-6: measuring alpha and beta ---------------------------------------------------

@@ -102,20 +102,6 @@ def text_calls(algorithm: str, p: int, r: int) -> list[tuple[str, int]]:
     return [("recv", k) for k in children] + parent + [("send", k) for k in children]
 
 
-class Answerer(MessageLog):
-    """The communicator an answer gets: notes its sends and receives (``MessageLog``) and
-    counts the bytes it reduces through ``combine``."""
-
-    def __init__(self, c: Any, calls: list[tuple[str, int]], reduced: list[int]) -> None:
-        super().__init__(c, calls)
-        self.reduced = reduced
-
-    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
-                incoming_first: bool = False) -> None:
-        self.reduced[0] += acc.nbytes
-        self._c.combine(op, acc, incoming, incoming_first)
-
-
 def check_allreduce(algorithm: str, fn: Callable[..., np.ndarray], world_size: int, n: int,
                     dtype: str = "float64", op: str = "sum", seed: int = 0,
                     block: tuple[str, ...] = LIBRARY_COLLECTIVES) -> None:
@@ -129,7 +115,7 @@ def check_allreduce(algorithm: str, fn: Callable[..., np.ndarray], world_size: i
     inputs = [row.copy() for row in data]
     calls: list[list[tuple[str, int]]] = [[] for _ in range(p)]
     reduced = [[0] for _ in range(p)]
-    results, stats = run_ranks(lambda c: fn(inputs[c.rank], Answerer(
+    results, stats = run_ranks(lambda c: fn(inputs[c.rank], MessageLog(
         c, calls[c.rank], reduced[c.rank]), op), p, what, block)
     expect_result(what, results, inputs, data, op)
     model = cost.schedule_cost(algorithm, p, data[0].nbytes, data.itemsize, NetworkModel())

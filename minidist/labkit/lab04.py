@@ -170,6 +170,8 @@ def check_bucket_plan(plan_buckets: Callable[..., list[list[int]]],
            "from the last tensor backwards (backward produces the last layer's gradients "
            f"first): expected {expected}")
     for k, bucket in enumerate(got):
+        expect(bucket, f"{what}: bucket {k} is empty; every bucket holds at least one tensor "
+               "(a tensor larger than the capacity gets a bucket of its own)")
         kinds = sorted({str(params[i].dtype) for i in bucket})
         expect(len(kinds) == 1, f"{what}: bucket {k} mixes dtypes {kinds}; a bucket holds "
                "one dtype (its flat buffer has one), so a tensor of another dtype closes it")

@@ -193,13 +193,21 @@ class MessageLog:
 
     The counters say how much moved; this says between whom, in the order the
     rank posted its calls: ``calls`` gets ``("send", dest)`` and ``("recv",
-    source)`` (a ``sendrecv`` is both, the send first). Everything else is
-    ``c``'s own.
+    source)`` (a ``sendrecv`` is both, the send first); ``reduced[0]`` counts the
+    bytes reduced through ``combine`` (which the clock charges γ per byte).
+    Everything else is ``c``'s own.
     """
 
-    def __init__(self, c: Any, calls: list[tuple[str, int]]) -> None:
+    def __init__(self, c: Any, calls: list[tuple[str, int]],
+                 reduced: list[int] | None = None) -> None:
         self._c, self.calls = c, calls
+        self.reduced = [0] if reduced is None else reduced
         self.rank, self.size = c.rank, c.size
+
+    def combine(self, op: str, acc: np.ndarray, incoming: np.ndarray,
+                incoming_first: bool = False) -> None:
+        self.reduced[0] += acc.nbytes
+        self._c.combine(op, acc, incoming, incoming_first)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._c, name)
