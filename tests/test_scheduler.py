@@ -96,13 +96,14 @@ def test_polling_a_receive_from_a_rank_that_ended_raises_at_once():
 
 @pytest.mark.timeout(60)
 def test_after_a_timeout_a_polling_rank_stops_and_the_collector_is_restored():
-    """Two ranks polling each other for ever: the run times out, and the ranks' thread
-    then stops at its next test() instead of spinning on (and keeping the collector's
-    run-time threshold) for the rest of the process."""
+    """Two ranks polling each other for ever, posting a receive at every test (no
+    deadlock the fabric can decide): the run times out, and the ranks' thread then stops
+    at its next test() instead of spinning on (and keeping the collector's run-time
+    threshold) for the rest of the process."""
     def fn(c):
         request = c.irecv(np.empty(1), 1 - c.rank)
         while not request.test():
-            pass
+            c.irecv(np.empty(1), 1 - c.rank, tag=9)
 
     before = gc.get_threshold()
     with pytest.raises(TimeoutError):
@@ -111,6 +112,55 @@ def test_after_a_timeout_a_polling_rank_stops_and_the_collector_is_restored():
     runner.join(timeout=10)
     assert not runner.is_alive()
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("testers", [1, 2])
+def test_a_deadlock_with_ranks_testing_in_a_loop_is_found_at_once(testers):
+    """Rank 1 tests for rank 0's message before sending the one rank 0 waits for (or
+    both ranks test): it spun until the run's timeout, naming no wait."""
+    def fn(c):
+        if c.rank == 0 and testers == 1:
+            c.recv(np.empty(1), 1)
+        else:
+            request = c.irecv(np.empty(1), 1 - c.rank)
+            while not request.test():
+                pass
+        c.send(np.ones(1), 1 - c.rank)
+
+    with pytest.raises(RankError) as info:
+        LocalCluster(2).run(fn, timeout=30)
+    said = str(info.value)
+    assert "recv from rank 0 tag 0 never matched (deadlock: no rank posts anything and no " \
+           "test can succeed" in said or testers == 2, said
+    assert ("rank 1 testing recv from rank 0 tag 0" if testers == 1
+            else "rank 0 keeps testing recv from rank 1 tag 0") in said, said
+
+
+def test_a_rank_that_tests_once_then_posts_is_no_deadlock():
+    def fn(c):
+        request = c.irecv(np.empty(1), 1 - c.rank)
+        if not request.test():
+            c.send(np.ones(1), 1 - c.rank)
+        request.wait()
+        return True
+
+    assert LocalCluster(2).run(fn, timeout=30) == [True, True]
+
+
+def test_ranks_of_a_split_are_named_as_the_program_knows_them():
+    """World ranks 1 and 3, the split's 0 and 1, wait on each other: the deadlock named
+    world rank 1 "rank 1", blocked in a recv "from rank 1" (the split's numbering)."""
+    def fn(c):
+        sub = c.split(c.rank % 2)
+        if c.rank % 2:
+            sub.recv(np.empty(1), 1 - sub.rank, tag=7)
+        c.barrier()
+
+    with pytest.raises(RankError) as info:
+        LocalCluster(4).run(fn, timeout=30)
+    said = str(info.value)
+    assert "rank 0 (world rank 1) in recv from rank 1 tag 7; rank 2 in barrier; " \
+           "rank 1 (world rank 3) in recv from rank 0 tag 7" in said, said
 
 
 def test_a_rank_polling_test_lets_the_others_run():

@@ -468,6 +468,30 @@ def test_sends_above_the_eager_limit_deadlock_like_mpi():
         run(send_first, 2, eager_limit=64)
 
 
+def test_a_rendezvous_send_waits_for_its_receive_on_the_clock_too():
+    """Rank 1 computes 10 s, then receives 100 B (m = 1 + 0.01 * 100 = 2 s): a send above
+    the eager limit blocked until then, but its clock said 2 s, an eager send's."""
+    network = NetworkModel(alpha=1.0, beta=0.01, gamma=0.0)
+
+    def fn(c):
+        if c.rank == 0:
+            c.send(np.ones(100, np.uint8), 1)
+        else:
+            c.compute(10.0)
+            c.recv(np.empty(100, np.uint8), 0)
+        return c.stats.clock, c.stats.rounds
+
+    assert LocalCluster(2, network=network).run(fn) == [(2.0, 1), (12.0, 1)]
+    assert LocalCluster(2, network=network, eager_limit=10).run(fn) == [(12.0, 1), (12.0, 1)]
+
+
+@pytest.mark.parametrize("seconds", [-5.0, float("nan"), float("inf")])
+def test_compute_refuses_time_that_would_break_the_clock(seconds):
+    """The clock ran backwards (-5) or became NaN or infinite, without a word."""
+    with pytest.raises(RankError, match="compute's seconds must be a finite number >= 0"):
+        LocalCluster(2, network=NET).run(lambda c: c.compute(seconds))
+
+
 def test_a_run_that_outlives_its_timeout_raises():
     released = threading.Event()  # the ranks run until the caller has given up on them
     with pytest.raises(TimeoutError, match="within 0.2 s"):

@@ -26,6 +26,12 @@ turn away only when it must wait. The fabric does three things:
      deadlock. Each gets an error naming its own wait and what its peer is
      blocked in.
 
+   A rank that *tests* a request (``test()`` in a loop) instead of waiting
+   gives its turn away each time and is never blocked. Once it tests again
+   with nothing posted anywhere since its last test, while every other rank
+   that can run is such a tester too, nothing can ever change what any of
+   them tests: that is decided as a deadlock too, at that test.
+
    No real time is involved, so a busy machine cannot turn a slow rank
    into a reported deadlock, and a run is the same every time.
 """
@@ -39,8 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minidist.comm.errors import CommError
-
-SHOWN_WAITS = 8  # a deadlock's error names this many ranks' waits, then counts the rest
+from minidist.comm.transport.waits import Wait, every_wait, explain, named
 
 
 @dataclass(slots=True)
@@ -54,7 +59,8 @@ class Message:
     """
 
     data: np.ndarray
-    start: float  # when the transfer began, on the sender's clock (seconds)
+    start: float  # when the transfer began, on the sender's clock (seconds); a rendezvous
+    # message's, once matched: when its receive was posted, if that was later
     cost: float  # m(n), seconds on each link (sender and receiver price alike)
     start_round: float  # the same, on its rounds clock
     sender: int  # world rank, woken when a rendezvous message is matched
@@ -68,6 +74,7 @@ class PostedRecv:
 
     buf: np.ndarray
     upto: bool = False  # a shorter message fills the first items (``irecv_upto``)
+    posted_at: tuple[float, float] = (0.0, 0.0)  # the receiver's clocks, seconds and rounds
     message: Message | None = None
     fitted: bool = False  # the message's data landed in ``buf``
 
@@ -89,18 +96,11 @@ class PostedRecv:
         else:
             message.data = data.copy()
             self.fitted = False
+        if message.rendezvous:  # its transfer begins once both ends are posted
+            message.start = max(message.start, self.posted_at[0])
+            message.start_round = max(message.start_round, self.posted_at[1])
         message.matched = True
         self.message = message
-
-
-@dataclass
-class Wait:
-    """Why a rank is blocked: a description and the world ranks that could release it."""
-
-    rank: int  # the waiting rank, numbered in the communicator it called
-    what: str  # e.g. "recv from rank 1 tag 7"
-    done: Callable[[], bool]
-    peers: Callable[[], list[tuple[int, int]]]  # (rank in the communicator, world rank)
 
 
 @dataclass
@@ -120,6 +120,9 @@ class Fabric:
     verdicts: dict[int, str] = field(default_factory=dict)  # errors to raise on resuming
     turns: deque[int] = field(default_factory=deque)  # ranks that may go on, in order
     queued: set[int] = field(default_factory=set)  # the ranks in ``turns``
+    posts: int = 0  # messages and receives posted, and collective entries, so far
+    # world rank -> ``posts`` when it last tested a request incomplete, and that request
+    idle_tests: dict[int, tuple[int, Wait]] = field(default_factory=dict)
     aborted: str | None = None
     yield_turn: Callable[[], None] | None = None  # set by the scheduler running the ranks
 
@@ -132,6 +135,7 @@ class Fabric:
     def deliver(self, address: Hashable, message: Message, receiver: int) -> None:
         """Hand ``message`` to the oldest receive posted for ``address``, else queue it;
         ``receiver`` (a world rank) is woken if it waits."""
+        self.posts += 1
         receivers = self.posted.get(address)
         if receivers:
             _first_out(self.posted, address, receivers).take(message)
@@ -140,10 +144,13 @@ class Fabric:
             message.data = message.data.copy()
             _append(self.mailboxes, address, message)
 
-    def post_recv(self, address: Hashable, buf: np.ndarray, upto: bool = False) -> PostedRecv:
+    def post_recv(self, address: Hashable, buf: np.ndarray, upto: bool = False,
+                  posted_at: tuple[float, float] = (0.0, 0.0)) -> PostedRecv:
         """Take the oldest queued message for ``address`` into ``buf``, else register the
-        receive (``upto``: a shorter message may fill it)."""
-        receive = PostedRecv(buf, upto)
+        receive (``upto``: a shorter message may fill it), posted at the receiver's clocks
+        ``posted_at``."""
+        self.posts += 1
+        receive = PostedRecv(buf, upto, posted_at)
         queued = self.mailboxes.get(address)
         if queued:
             message = _first_out(self.mailboxes, address, queued)
@@ -158,6 +165,7 @@ class Fabric:
     def exchange(self, world_rank: int, round_id: Hashable, members: list[int],
                  local_rank: int, value: object, what: str) -> dict[int, object]:
         """Every member of ``members`` adds ``value``; returns all values by local rank."""
+        self.posts += 1
         table = self.tables.setdefault(round_id, {})
         table[local_rank] = value
         if len(table) == len(members):
@@ -184,7 +192,8 @@ class Fabric:
         try:
             while True:
                 if self.aborted:
-                    raise CommError(f"rank {wait.rank}: {wait.what} abandoned: {self.aborted}")
+                    raise CommError(f"{named(world_rank, wait)}: {wait.what} abandoned: "
+                                    f"{self.aborted}")
                 if world_rank in self.verdicts:
                     raise CommError(self.verdicts.pop(world_rank))
                 if wait.done():
@@ -215,21 +224,43 @@ class Fabric:
     def pass_turn(self, world_rank: int, wait: Wait | None = None) -> None:
         """Let the other ranks run before this one goes on (a request that tested
         incomplete, ``wait``: it cannot complete unless someone else runs). Raises
-        :class:`CommError` once the run is abandoned, or when every rank that could
-        complete ``wait`` has ended: a loop of tests would otherwise spin for ever."""
+        :class:`CommError` once the run is abandoned, when every rank that could complete
+        ``wait`` has ended, or when no test can ever succeed (module docstring, 3): a
+        loop of tests would otherwise spin for ever."""
         if self.aborted:
-            what = f"{wait.what} " if wait is not None else ""
-            raise CommError(f"rank {wait.rank if wait else world_rank}: {what}abandoned: "
-                            f"{self.aborted}")
+            what = f"{named(world_rank, wait)}: {wait.what} " if wait is not None else \
+                f"world rank {world_rank}: "
+            raise CommError(f"{what}abandoned: {self.aborted}")
         if wait is not None and all(peer in self.ended for _, peer in wait.peers()):
-            raise CommError(f"rank {wait.rank}: {wait.what} never matched "
+            raise CommError(f"{named(world_rank, wait)}: {wait.what} never matched "
                             f"({self._explain(wait)})")
         if self.yield_turn is not None:
+            if wait is not None:
+                self._tested(world_rank, wait)
             self.queue_turn(world_rank)
             self.yield_turn()
 
+    def _tested(self, world_rank: int, wait: Wait) -> None:
+        """``wait`` tested incomplete. Nothing posted since this rank's last test, and
+        every other rank that may run a tester that has seen the same: a waiting rank that
+        can go on gets its turn, or else no test can ever succeed, a deadlock."""
+        last = self.idle_tests.get(world_rank, (None,))[0]
+        self.idle_tests[world_rank] = self.posts, wait
+        if last != self.posts or any(self.idle_tests.get(r, (None,))[0] != self.posts
+                                     or r in self.waiting for r in self.turns):
+            return
+        can_go = [w for w in sorted(self.waiting) if self.waiting[w].done()]
+        for w in can_go:
+            self.queue_turn(w)
+        if not can_go:
+            raise CommError(f"{named(world_rank, wait)}: {wait.what} never matched (deadlock:"
+                            f" no rank posts anything and no test can succeed; "
+                            f"{self._explain(wait)}); "
+                            f"{every_wait(self.waiting, self._testing())}")
+
     def end(self, world_rank: int, how: str) -> None:
         """Record that a rank's function returned or raised."""
+        self.posts += 1
         self.ended[world_rank] = how
 
     def abort(self, reason: str) -> None:
@@ -248,34 +279,22 @@ class Fabric:
         for w in blocked:
             wait = self.waiting[w]
             if any(peer in self.ended for _, peer in wait.peers()):
-                self.verdicts[w] = f"rank {wait.rank}: {wait.what} never matched " \
+                self.verdicts[w] = f"{named(w, wait)}: {wait.what} never matched " \
                                    f"({self._explain(wait)})"
         if not self.verdicts:  # every waiting rank waits on another: a deadlock
-            everyone = self._every_wait(blocked)
+            everyone = every_wait(self.waiting)
             for w in blocked:
                 wait = self.waiting[w]
-                self.verdicts[w] = (f"rank {wait.rank}: {wait.what} never matched "
+                self.verdicts[w] = (f"{named(w, wait)}: {wait.what} never matched "
                                     f"(deadlock: {self._explain(wait)}); {everyone}")
         return [w for w in blocked if w in self.verdicts]
 
-    def _every_wait(self, blocked: list[int]) -> str:
-        """What every rank of a deadlock is blocked in, in words (the first few of many)."""
-        named = [f"rank {w} in {self.waiting[w].what}" for w in blocked[:SHOWN_WAITS]]
-        more = f"; and {len(blocked) - SHOWN_WAITS} more" if len(blocked) > SHOWN_WAITS else ""
-        return f"blocked: {'; '.join(named)}{more}"
+    def _testing(self) -> dict[int, Wait]:
+        """The ranks testing a request since the last post anywhere: what they test."""
+        return {r: wait for r, (posts, wait) in self.idle_tests.items() if posts == self.posts}
 
     def _explain(self, wait: Wait) -> str:
-        """What the ranks that could release ``wait`` are doing, in words."""
-        states = []
-        for rank, world in wait.peers():
-            if world in self.ended:
-                states.append(f"rank {rank} {self.ended[world]}")
-            elif world in self.waiting:
-                states.append(f"rank {rank} is blocked in {self.waiting[world].what}")
-            else:
-                states.append(f"rank {rank} is still running")
-        return "; ".join(states) or "no peer"
-
+        return explain(wait, self.ended, self.waiting, self._testing())
 
 def _append(queues: dict[Hashable, list], address: Hashable, item: object) -> None:
     queue = queues.get(address)

@@ -21,7 +21,10 @@ an incoming link. With ``m(n) = alpha + beta · n`` for an n-byte message:
 1. *send* posted at ``t``: the transfer starts at ``s = max(t, out_free)``
    and holds the outgoing link until ``out_free = s + m(n)``. ``send``
    returns with ``t = s + m(n)``; ``isend`` returns at once and its
-   ``wait()`` sets ``t = max(t, s + m(n))``.
+   ``wait()`` sets ``t = max(t, s + m(n))``. A rendezvous send (above
+   ``eager_limit``) cannot begin before its receive is posted, at
+   ``t_post`` on the receiver's clock: ``s`` becomes ``max(s, t_post)``
+   once they match (its ``send``, or ``wait()``, returns only then).
 2. *receive* posted at ``t_post``, matched to a message that started at
    ``s``: it holds the incoming link from ``b = max(s, t_post, in_free)`` to
    ``in_free = b + m(n)``; on completion (``recv`` returns, ``wait()``)
@@ -76,7 +79,7 @@ from minidist.comm.transport.communicator import (
     Request,
     check_point_to_point,
 )
-from minidist.comm.transport.fabric import Fabric, Message, PostedRecv, Wait
+from minidist.comm.transport.fabric import Fabric, Message, PostedRecv
 from minidist.comm.transport.local_requests import (
     RecvRequest,
     SendRequest,
@@ -89,6 +92,8 @@ from minidist.comm.transport.local_state import (  # noqa: F401 (the package's i
 )
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
+from minidist.comm.transport.waits import Wait
+from minidist.util.values import finite
 
 
 class LocalCommunicator(Communicator):
@@ -169,9 +174,11 @@ class LocalCommunicator(Communicator):
         if not buf.flags.writeable:
             raise ValueError(f"rank {self.rank}: recv needs a writeable buffer")
         stats = self.state.stats
+        posted_at = (stats.seconds.now, stats.latencies.now)
         # communication: the oldest message from `source` with `tag`, now or when it comes
-        posted = self.fabric.post_recv((self.channel, source, self.rank, tag), buf, upto)
-        return posted, (stats.seconds.now, stats.latencies.now)
+        posted = self.fabric.post_recv((self.channel, source, self.rank, tag), buf, upto,
+                                       posted_at)
+        return posted, posted_at
 
     def send(self, buf: np.ndarray, dest: int, tag: int = 0) -> None:
         self.isend(buf, dest, tag).wait()
@@ -249,7 +256,9 @@ class LocalCommunicator(Communicator):
         self.state.prices = network if nbytes is None else network.at(nbytes)
 
     def compute(self, seconds: float) -> None:
-        """Account ``seconds`` of local computation on the virtual clock."""
+        """Account ``seconds`` of local computation on the virtual clock (a finite number
+        >= 0: a clock never runs backwards, nor becomes NaN)."""
+        seconds = finite(f"rank {self.rank}: compute's seconds", seconds)
         slowdown = self.state.straggler.slowdown
         self.stats.seconds.now += seconds
         if slowdown != 1.0:
@@ -266,13 +275,19 @@ class LocalCommunicator(Communicator):
         this rank was told to."""
         state = self.state
         if self.fabric.aborted:
-            raise CommError(f"rank {self.rank}: {kind} after the run ended: {self.fabric.aborted}")
+            raise CommError(f"{self._who()}: {kind} after the run ended: {self.fabric.aborted}")
         state.calls += 1
         if state.fail_after is not None and state.calls > state.fail_after:
-            raise RankFailure(f"rank {self.rank}: injected failure at {kind} "
+            raise RankFailure(f"{self._who()}: injected failure at {kind} "
                               f"(communication call {state.calls})")
         if point_to_point:
             check_point_to_point(self.rank, self.size, kind, *point_to_point)
+
+    def _who(self) -> str:
+        """This rank as its program knows it, the world rank beside where they differ."""
+        world = self.state.world_rank
+        return f"rank {self.rank}" if self.rank == world else \
+            f"rank {self.rank} (world rank {world})"
 
     def _exchange(self, kind: str, value: object) -> dict[int, object]:
         calls = self.state.collective_calls

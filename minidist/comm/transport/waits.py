@@ -1,0 +1,67 @@
+"""What a blocked in-process rank waits for, and the words that say so.
+
+``Fabric.block_until`` keeps a :class:`Wait` for each blocked rank (a request
+is its own), and a rank that tests a request in a loop leaves the request it
+tested. When a wait can never complete, its error names it, what each rank
+that could complete it is doing, and what every blocked rank waits for.
+
+A rank is named as its program knows it: by its rank in the communicator of
+the call, the world rank beside it where the two numberings differ (a
+``split`` communicator's rank 1 may be world rank 3, whose ``recv from rank
+0`` is from the split's rank 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+SHOWN_WAITS = 8  # a deadlock's error names this many ranks' waits, then counts the rest
+
+
+@dataclass
+class Wait:
+    """Why a rank is blocked: a description and the world ranks that could release it."""
+
+    rank: int  # the waiting rank, numbered in the communicator it called
+    what: str  # e.g. "recv from rank 1 tag 7"
+    done: Callable[[], bool]
+    peers: Callable[[], list[tuple[int, int]]]  # (rank in the communicator, world rank)
+
+
+def named(world: int, wait: Wait) -> str:
+    """``rank r`` of the wait's communicator; ``rank r (world rank w)`` when that
+    communicator numbers its ranks otherwise than the world."""
+    if wait.rank == world and all(rank == w for rank, w in wait.peers()):
+        return f"rank {wait.rank}"
+    return f"rank {wait.rank} (world rank {world})"
+
+
+def explain(wait: Wait, ended: Mapping[int, str], waiting: Mapping[int, Wait],
+            testing: Mapping[int, Wait]) -> str:
+    """What the ranks that could release ``wait`` are doing, in words (they are named as
+    ``wait``'s communicator numbers them; what they wait for, as theirs does)."""
+    states = []
+    for rank, world in wait.peers():
+        if world in ended:
+            states.append(f"rank {rank} {ended[world]}")
+        elif world in waiting or world in testing:
+            theirs = waiting.get(world) or testing[world]
+            doing = "is blocked in" if world in waiting else "keeps testing"
+            again = "" if named(world, theirs) == f"rank {rank}" else \
+                f" (as rank {theirs.rank} of that call's communicator, world rank {world})"
+            states.append(f"rank {rank} {doing} {theirs.what}{again}")
+        else:
+            states.append(f"rank {rank} is still running")
+    return "; ".join(states) or "no peer"
+
+
+def every_wait(waiting: Mapping[int, Wait], testing: Mapping[int, Wait] | None = None) -> str:
+    """What every rank of a deadlock waits for (or tests), by world rank (the first few
+    of many)."""
+    waits = {**waiting, **(testing or {})}
+    ranks = sorted(waits)
+    shown = [f"{named(w, waits[w])} {'in' if w in waiting else 'testing'} {waits[w].what}"
+             for w in ranks[:SHOWN_WAITS]]
+    more = f"; and {len(ranks) - SHOWN_WAITS} more" if len(ranks) > SHOWN_WAITS else ""
+    return f"blocked: {'; '.join(shown)}{more}"
