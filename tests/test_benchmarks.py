@@ -187,6 +187,30 @@ def test_simulator_benchmark_prints_wall_time_and_the_model_check_per_algorithm(
     assert out.count("ring floor") == 2 and "x the floor" in out  # the ring's peer, per P
 
 
+def test_a_simulator_row_counts_for_its_target_only_when_it_is_the_targets_and_right(
+        monkeypatch):
+    """A wrong result (every value but the first) was "exact" and "met"; so was a run of
+    one value a rank, not the target's 64 Ki."""
+    from minidist.bench import simulator
+
+    assert simulator.verdict("tree", 1024, 1, {"exact": True, "wall": 0.2}) == \
+        "(the target is for 65536 values)"
+    assert simulator.verdict("tree", 1024, 65536, {"exact": False, "wall": 0.2}) == \
+        "target <= 10 s: missed (a wrong result or count)"
+    assert simulator.verdict("tree", 1024, 65536, {"exact": True, "wall": 0.2}) == \
+        "target <= 10 s: met"
+
+    right = simulator.allreduce
+
+    def wrong_after_the_first(x, c, algorithm="ring", out=None):
+        right(x, c, algorithm=algorithm, out=out)
+        out[1:] = -1.0
+        return out
+
+    monkeypatch.setattr(simulator, "allreduce", wrong_after_the_first)
+    assert not simulator.run_once("ring", 4, 8)["exact"]
+
+
 @pytest.mark.timeout(250)
 def test_scaling_sweep_prints_every_p_checks_the_simulator_and_plots(tmp_path):
     png = tmp_path / "scaling.png"

@@ -86,10 +86,19 @@ def test_the_saved_bus_is_loaded_only_when_asked(tmp_path) -> None:  # noqa: ANN
 def test_a_bus_that_makes_no_sense_is_refused() -> None:
     with pytest.raises(ValueError, match="host_curve: points"):
         NetworkModel(host_curve=((1 << 20, 1e10, 2e10), (1024, 1e10, 2e10)))
-    with pytest.raises(ValueError, match="bandwidths must be positive"):
+    with pytest.raises(ValueError, match="bandwidths must be finite and positive"):
         NetworkModel(host_curve=((1024, 0.0, 2e10),))
     with pytest.raises(ValueError, match="ranks_per_host"):
         NetworkModel(ranks_per_host=-1)
+    # taken once, and then ignored: a NaN bus was no bus (sharing 1), a size twice a curve
+    for nan_bus in (((1024, float("nan"), 2e10),), ((1024, 1e10, float("inf")),)):
+        with pytest.raises(ValueError, match="bandwidths must be finite and positive"):
+            NetworkModel(host_curve=nan_bus)
+    for ranks in (1.5, True):
+        with pytest.raises(ValueError, match="ranks_per_host must be an integer >= 0"):
+            NetworkModel(ranks_per_host=ranks)
+    with pytest.raises(ValueError, match="curve: points must have positive, increasing sizes"):
+        NetworkModel(curve=((8, 1e-9, 1e-10), (8, 2e-9, 1e-10)))
 
 
 def test_k_concurrent_copies_measure_the_bus() -> None:

@@ -93,7 +93,7 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from minidist.util.values import finite
+from minidist.util.values import finite, whole
 
 DEFAULT_ALPHA = 1.5e-6  # seconds per message (one-way latency)
 DEFAULT_BETA = 1.5e-10  # seconds per byte
@@ -121,16 +121,18 @@ class NetworkModel:
             object.__setattr__(self, name, finite(name, getattr(self, name)))
         for name in ("curve", "host_curve"):
             points = tuple((int(n), float(a), float(b)) for n, a, b in getattr(self, name))
-            if any(n <= 0 for n, _, _ in points) or list(points) != sorted(points):
+            sizes = [n for n, _, _ in points]
+            if any(n <= 0 for n in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:],
+                                                                       strict=False)):
                 raise ValueError(f"{name}: points must have positive, increasing sizes")
             object.__setattr__(self, name, points)
         if not all(math.isfinite(b) and math.isfinite(g) and b >= 0 and g >= 0
                    for _, b, g in self.curve):
             raise ValueError("curve: beta and gamma must be finite numbers >= 0")
-        if any(alone <= 0 or together <= 0 for _, alone, together in self.host_curve):
-            raise ValueError("host_curve: bandwidths must be positive")
-        if self.ranks_per_host < 0:
-            raise ValueError(f"ranks_per_host must be >= 0, not {self.ranks_per_host}")
+        if not all(math.isfinite(alone) and math.isfinite(together) and alone > 0
+                   and together > 0 for _, alone, together in self.host_curve):
+            raise ValueError("host_curve: bandwidths must be finite and positive")
+        object.__setattr__(self, "ranks_per_host", whole("ranks_per_host", self.ranks_per_host))
 
     def beta_at(self, nbytes: int) -> float:
         """Seconds per byte of a message of ``nbytes`` (β read off the curve)."""
