@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from minidist.comm import broadcast
@@ -21,12 +22,14 @@ from minidist.parallel.timing import TraceRecorder
 
 
 def timed(c, model, x, y, steps, slow_rank, delay, average, lr=0.1, slow=None, barrier=True,
-          extra_compute=False, extra_comm=False, whole=False, shift=0.0):
+          extra_compute=False, extra_comm=False, whole=False, shift=0.0, split=False):
     """The solution's ``timed_steps``; the keywords break one claim each."""
     recorder = TraceRecorder(c.rank, clock=lambda: c.stats.clock)
     optimizer = SGD(model.parameters(), lr=lr)
     b = len(x) // c.size
     rows = slice(None) if whole else slice(c.rank * b, (c.rank + 1) * b)
+    if split:
+        rows = np.array_split(np.arange(len(x)), c.size)[c.rank]
     recorder.start(c)
     for _ in range(steps):
         with recorder.interval("compute"):
@@ -75,13 +78,16 @@ def test_straggler(world_size, slow_rank, delay, steps):
                           "inside wait holds every rank until the last one arrives"),
     (dict(extra_comm=True), r"rank 0's comm in step 0 lasted .* the modelled cost of one "
                             r"average\(model, c\)"),
-    (dict(whole=True), r"rank 0's gradient before averaging in step 0 \(one forward and "
-                       r"backward on its own b = 4 rows, x\[0:4\], at the step's weights\)"),
+    (dict(whole=True), r"rank 0's weights after training \(one process: 3 SGD steps, lr 0.1, "
+                       r"on the first P·b = 12 rows, rank r's from r·b\)"),
     (dict(shift=1e-3), r"rank 0's compute in step 0 is recorded from 0.001 to 0.001 s; the "
                        r"grader saw the end of the step before \(time 0 in step 0\) and the "
                        r"call of c.barrier\(\) at 0 and 0 s"),
     (dict(lr=0.01), r"rank 0's weights after training \(one process: 3 SGD steps, lr 0.1, on "
-                    "all rows\\) of parameter 0: differs"),
+                    r"the first P·b = 12 rows, rank r's from r·b\) of parameter 0: differs"),
+    # len(x) that P does not divide: the extra row given to a rank (np.array_split) passed
+    (dict(split=True), r"rank 0's weights after training \(one process: 3 SGD steps, lr 0.1, "
+                       r"on the first P·b = 12 rows, rank r's from r·b\)"),
 ])
 def test_each_claim_rejects_the_answer_that_breaks_it(broken, message):
     def wrong(c, model, x, y, steps, slow_rank, delay, average):

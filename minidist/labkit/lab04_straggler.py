@@ -83,16 +83,18 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
     process's weights. Returns the traces."""
     __tracebackhide__ = True
     what = f"timed_steps, P = {world_size}, rank {slow_rank} {delay:g} s slower per step"
-    x, y = make_data(world_size * ROWS_PER_RANK, list(sizes), seed=world_size)
-    reference = seeded_mlp(list(sizes), seed=0)  # one process: SGD, lr 0.1, all the rows
-    optimizer = SGD(reference.parameters(), lr=0.1)
+    # one row more than P ranks share evenly (P > 1): b = len(x) // P rows a rank, the text's
+    # r·b onwards (a split that gives the extra row to someone trains on other rows)
     b = ROWS_PER_RANK
+    x, y = make_data(world_size * b + (world_size > 1), list(sizes), seed=world_size)
+    reference = seeded_mlp(list(sizes), seed=0)  # one process: SGD, lr 0.1, the P·b rows
+    optimizer = SGD(reference.parameters(), lr=0.1)
     own = []  # own[t][r]: the gradient of rank r's rows at step t's weights
     for _ in range(steps):
         own.append([gradients_on(reference, x[r * b:(r + 1) * b], y[r * b:(r + 1) * b])
                     for r in range(world_size)])
         optimizer.zero_grad()
-        mean_loss(reference, x, y).backward()
+        mean_loss(reference, x[:world_size * b], y[:world_size * b]).backward()
         optimizer.step()
     comm_costs = modelled_cost_of_average(world_size, list(sizes), steps)
 
@@ -131,7 +133,8 @@ def check_straggler(timed_steps: Callable[..., Any], world_size: int, slow_rank:
                    f"s{why.format(e=e)}")
     for rank, (_, params, _, _) in enumerate(results):
         expect_same_arrays(f"{what}: rank {rank}'s weights after training (one process: "
-                           f"{steps} SGD steps, lr 0.1, on all rows)", params,
+                           f"{steps} SGD steps, lr 0.1, on the first P·b = {world_size * b} "
+                           "rows, rank r's from r·b)", params,
                            [p.data for p in reference.parameters()])
     for rank, (trace, _, averager, logged) in enumerate(results):
         expect_own_rows_averaged(what, rank, averager.received,
