@@ -45,62 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minidist.comm.errors import CommError
+from minidist.comm.transport.mail import Message, PostedRecv
 from minidist.comm.transport.waits import Wait, every_wait, explain, named
-
-
-@dataclass(slots=True)
-class Message:
-    """One message in flight: its data plus its modelled history.
-
-    ``data`` is the sender's buffer until :meth:`Fabric.deliver` copies it,
-    straight into a posted receive's buffer when one matches, else into a
-    private copy that waits in the mailbox: a send never shares memory
-    with its receiver, and the sender may reuse its buffer at once.
-    """
-
-    data: np.ndarray
-    start: float  # when the transfer began, on the sender's clock (seconds); a rendezvous
-    # message's, once matched: when its receive was posted, if that was later
-    cost: float  # m(n), seconds on each link (sender and receiver price alike)
-    start_round: float  # the same, on its rounds clock
-    sender: int  # world rank, woken when a rendezvous message is matched
-    rendezvous: bool = False  # the sender waits until a receive has matched it
-    matched: bool = False
-
-
-@dataclass(slots=True)
-class PostedRecv:
-    """A receive waiting for its message (``message`` is set once matched)."""
-
-    buf: np.ndarray
-    upto: bool = False  # a shorter message fills the first items (``irecv_upto``)
-    posted_at: tuple[float, float] = (0.0, 0.0)  # the receiver's clocks, seconds and rounds
-    message: Message | None = None
-    fitted: bool = False  # the message's data landed in ``buf``
-
-    def take(self, message: Message) -> None:
-        """Match ``message``; its data lands in ``buf`` if it fits (else the receiver's
-        completion reports the mismatch, on the receiver's rank): ``message.data`` is
-        then ``buf``, or its first items for a shorter message into an ``upto`` receive."""
-        data, buf = message.data, self.buf
-        self.fitted = True
-        if data.shape == buf.shape and data.dtype == buf.dtype:
-            buf[...] = data
-            message.data = buf
-        elif data.dtype == buf.dtype and data.size == buf.size:
-            buf.reshape(-1)[...] = data.reshape(-1)
-            message.data = buf
-        elif self.upto and data.dtype == buf.dtype and data.size <= buf.size:
-            message.data = buf.reshape(-1)[:data.size]
-            message.data[...] = data.reshape(-1)
-        else:
-            message.data = data.copy()
-            self.fitted = False
-        if message.rendezvous:  # its transfer begins once both ends are posted
-            message.start = max(message.start, self.posted_at[0])
-            message.start_round = max(message.start_round, self.posted_at[1])
-        message.matched = True
-        self.message = message
 
 
 @dataclass

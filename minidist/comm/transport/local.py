@@ -79,7 +79,7 @@ from minidist.comm.transport.communicator import (
     Request,
     check_point_to_point,
 )
-from minidist.comm.transport.fabric import Fabric, Message, PostedRecv
+from minidist.comm.transport.fabric import Fabric
 from minidist.comm.transport.local_requests import (
     RecvRequest,
     SendRequest,
@@ -90,6 +90,7 @@ from minidist.comm.transport.local_state import (  # noqa: F401 (the package's i
     RankState,
     Straggler,
 )
+from minidist.comm.transport.mail import Message, PostedRecv
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
 from minidist.comm.transport.waits import Wait

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from minidist.comm.transport.communicator import Request
-from minidist.comm.transport.fabric import Message, PostedRecv
+from minidist.comm.transport.mail import Message, PostedRecv
 
 if TYPE_CHECKING:
     from minidist.comm.transport.local import LocalCommunicator
