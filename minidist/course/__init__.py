@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         # jsonschema's optional "iri" format, which no schema of the kit uses, costs a
         # 2 s import: skipped here as in the fork server (nbgrader_preload.py)
         sys.modules.setdefault("rfc3987_syntax", None)
-        from minidist.course.grade import grade, summary_table
+        from minidist.course.grade import grade
+        from minidist.course.report import summary_table
 
         out = (args.out or root / "grading" / "out").resolve()
         started = time.perf_counter()

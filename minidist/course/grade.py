@@ -29,7 +29,6 @@ students at a time.
 from __future__ import annotations
 
 import contextlib
-import csv
 import html
 import json
 import shutil
@@ -38,7 +37,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from minidist.course import isolation
@@ -46,6 +45,7 @@ from minidist.course.feedback import generate_feedback
 from minidist.course.nbgrader_fork import ForkServer
 from minidist.course.problems import environment_failure, failed_cells, nbgrader_failure
 from minidist.course.release import build_course, nbgrader_env
+from minidist.course.report import GradeResult, write_csv
 from minidist.course.settings import known_labs, limits_for
 from minidist.course.submissions import Submission, collect, restore_locked_cells
 
@@ -63,20 +63,6 @@ c.TrustedExecute.shutdown_kernel = "immediate"  # killed at the end: nothing in 
 c.KernelManager.transport = "ipc"  # unix sockets: they reach a kernel in its own network namespace
 c.KernelManager.ip = {ipc!r}
 """
-
-
-@dataclass
-class GradeResult:
-    """One row of ``grades.csv``: a student's score on a lab and what went wrong."""
-
-    student: str
-    lab: str
-    score: float
-    max_score: float
-    problems: list[str] = field(default_factory=list)
-    task_scores: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    submitted_as: str = ""  # the name as submitted, for the LMS ("Jane Doe" of Jane_Doe-cac7bbb6)
 
 
 @dataclass
@@ -145,7 +131,7 @@ class Grader:
             results = list(pool.map(lambda s: self.guarded(s, hide), submissions))
         for sub, result in zip(submissions, results, strict=True):
             result.submitted_as = sub.submitted_as
-        self.write_csv(results)
+        write_csv(self.out, results)
         return results
 
     def guarded(self, sub: Submission, hide: list[Path]) -> GradeResult:
@@ -270,31 +256,6 @@ class Grader:
         (dest / "problem.html").write_text(
             f"<html><body><h1>{html.escape(result.lab)}: {result.score:g} / "
             f"{result.max_score:g}</h1><ul>{items}</ul></body></html>\n")
-
-    def write_csv(self, results: list[GradeResult]) -> Path:
-        self.out.mkdir(parents=True, exist_ok=True)
-        path = self.out / "grades.csv"
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["student", "submitted_as", "lab", "score", "max_score", "problems"])
-            for r in sorted(results, key=lambda r: (r.student, r.lab)):
-                writer.writerow([r.student, r.submitted_as, r.lab, f"{r.score:g}",
-                                 f"{r.max_score:g}", " | ".join(r.problems)])
-        return path
-
-
-def summary_table(results: list[GradeResult]) -> str:
-    """The table ``grade`` prints: student, lab, score, max, problems (the first, and a count)."""
-    rows = [("student", "lab", "score", "max", "problems")]
-    for r in sorted(results, key=lambda r: (r.student, r.lab)):
-        problems = r.problems[0][:90] if r.problems else ""
-        if len(r.problems) > 1:
-            problems += f" (+{len(r.problems) - 1} more)"
-        rows.append((r.student, r.lab, f"{r.score:g}", f"{r.max_score:g}", problems))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True))
-                     + "  " + row[4] for row in rows)
-
 
 def grade(root: Path, folder: Path, out: Path, jobs: int = 2,
           cell_timeout: int | None = None) -> list[GradeResult]:
