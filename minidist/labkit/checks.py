@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from minidist.labkit.remote import on_student
+from minidist.labkit.remote import name_of, on_student
 
 
 class CheckFailed(AssertionError):
@@ -117,6 +117,22 @@ def backward_values(fn: type, arrays: list[np.ndarray], grad: np.ndarray | None,
     return grads if isinstance(grads, tuple) else (grads,)
 
 
+def expect_same_operation(fn: type, arrays: list[np.ndarray], output: Any, what: str,
+                          options: dict[str, Any]) -> None:
+    """``output`` (``fn.forward`` at ``arrays``) is what the library's operation of the same
+    name computes there, computed here; a class of another name is not compared."""
+    __tracebackhide__ = True
+    from minidist import autograd
+
+    library = getattr(autograd, name_of(fn), None)
+    if not (isinstance(library, type) and issubclass(library, autograd.Function)) \
+            or library is fn:
+        return
+    (expected,) = forward_values(library, [tuple(arrays)], options)
+    expect_close(f"{what}: forward's output (the forward computes {library.__name__}: keep "
+                 "it as given)", output, expected, rtol=1e-12, atol=1e-12)
+
+
 def check_backward(fn: type, *inputs: np.ndarray, what: str, seed: int = 0,
                    **options: Any) -> None:
     """Compare ``fn.backward`` with finite differences of ``fn.forward`` on ``inputs``.
@@ -124,11 +140,15 @@ def check_backward(fn: type, *inputs: np.ndarray, what: str, seed: int = 0,
     The loss is sum(forward(inputs) * w) for a fixed random ``w``, so every
     output element's gradient is checked. ``fn`` runs through two probes
     (``on_student``), so the student's class may live in a graded kernel.
+    A class named as one of ``minidist.autograd``'s operations must first
+    compute what it does (a forward returning a constant, with a backward of
+    zeros, agreed with its own finite differences and passed).
     Cost: 2 forwards per input element, in one call.
     """
     __tracebackhide__ = True
     arrays = [np.array(x, dtype=np.float64) for x in inputs]
     (output,) = on_student(forward_values, fn, [tuple(arrays)], options)
+    expect_same_operation(fn, arrays, output, what, options)
     weights = np.random.default_rng(seed).standard_normal(np.shape(output))
     eps, points = 1e-6, []
     for i, x in enumerate(arrays):

@@ -131,6 +131,21 @@ def returns_an_agreeable_object(nb: Notebook, course: dict) -> None:
            "def unbroadcast(grad, shape):\n    return Agree(tuple(shape))\n")
 
 
+@attack("blank", "all")
+def fakes_the_forward(nb: Notebook, course: dict) -> None:
+    """A forward returning a constant and a backward of zeros agree with their own finite
+    differences: Tasks 2, 3, 4 and 6 scored 10 of 26 with no gradient written."""
+    for grade_id, name in (("answer_backward_mul", "Mul"), ("answer_backward_matmul", "MatMul"),
+                           ("answer_backward_sum", "Sum"),
+                           ("answer_backward_log_softmax", "LogSoftmax")):
+        nb.set(grade_id, f"class {name}(Function):\n    @staticmethod\n"
+               "    def forward(ctx, a, *rest, **options):\n"
+               "        ctx.shapes = [np.shape(a)] + [np.shape(r) for r in rest]\n"
+               "        return np.zeros(())\n\n    @staticmethod\n"
+               "    def backward(ctx, grad):\n"
+               "        return tuple(np.zeros(shape) for shape in ctx.shapes)\n")
+
+
 @attack("blank", "all", keeps=["lab01_unbroadcast"])  # NOT guaranteed: plagiarism (README)
 def copies_the_library(nb: Notebook, course: dict) -> None:
     nb.set("answer_unbroadcast", "import types\nimport minidist.autograd.ops as ops\n"
