@@ -107,6 +107,15 @@ def to_numpy(array: object, out: np.ndarray | None = None) -> np.ndarray:
     return np.asarray(array)
 
 
+def require_cpu(what: str) -> None:
+    """Refuse, in words, to build ``what`` (a trainer whose ranks exchange host arrays: the
+    parameter server, FedAvg) on a device chosen for new tensors; the same on every rank."""
+    if get_device() != "cpu":
+        raise ValueError(f"{what} runs on the CPU (its servers and workers exchange host "
+                         f"arrays), and the device for new tensors is {get_device()!r}: run "
+                         f"it with MINIDIST_DEVICE=cpu, or md.set_device('cpu') first")
+
+
 def host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A host buffer to stage device data through: pinned (page-locked) memory from
     cupy's pool when computing on a GPU, so copies to and from it run at the bus's

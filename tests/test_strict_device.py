@@ -132,3 +132,44 @@ def test_data_parallel_on_the_strict_device_equals_one_process(strict):
     for name, p in one.named_parameters():
         for rank in two_ranks:
             np.testing.assert_allclose(rank[name], p.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_the_parameter_server_refuses_a_device_in_words(strict):
+    """It failed deep in its key layout with cupy's implicit-conversion error; it runs on
+    the CPU, as GloVe's CPU trainers do, and says so on every rank."""
+    from minidist.parallel.ps.fedavg import fedavg
+    from minidist.parallel.ps.training import train_mlp
+
+    for trainer in (lambda c: train_mlp(c, steps=2), lambda c: fedavg(c, rounds=1)):
+        with pytest.raises(comm.RankError, match=r"runs on the CPU \(its servers and workers "
+                                                 r"exchange host arrays\).*'strict'"):
+            comm.LocalCluster(3).run(trainer)
+
+
+def test_device_counts_and_indices_go_to_the_host_where_they_decide(strict):
+    """alltoallv's counts, apply_op's dtype check and a dataset's split and subset took
+    device arrays through np.asarray (cupy refuses it)."""
+    from minidist.data.dataset import Dataset, split_dataset
+
+    def fn(c):
+        rows = strict.arange(4.0).reshape(4, 1) + 10 * c.rank
+        out, _ = comm.alltoallv(rows, strict.asarray([2, 2]), c)
+        return backend.to_numpy(out).ravel().tolist()
+
+    assert comm.LocalCluster(2).run(fn) == [[0.0, 1.0, 10.0, 11.0], [2.0, 3.0, 12.0, 13.0]]
+    acc = strict.ones(3)
+    comm.apply_op("sum", acc, strict.ones(3))
+    assert backend.to_numpy(acc).tolist() == [2.0, 2.0, 2.0]
+    data = Dataset(strict.arange(20.0).reshape(10, 2), strict.asarray([0, 1] * 5), 2, "d")
+    train, test = split_dataset(data, 0.2)
+    assert (len(train), len(test)) == (8, 2) and backend.on_device(train.x)
+    assert backend.to_numpy(data.subset(strict.asarray([3, 1])).y).tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("example", ["ps_mlp", "fedavg", "ps_staleness"])
+def test_parameter_server_examples_refuse_a_device_as_a_usage_error(strict, example, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as ended:
+        importlib.import_module(f"minidist.examples.{example}").main([])
+    assert ended.value.code == 2 and "runs on the CPU" in capsys.readouterr().err

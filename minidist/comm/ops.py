@@ -51,7 +51,7 @@ def check_reducible(arr: np.ndarray, op: str) -> None:
     """
     if op not in UFUNCS:
         raise ValueError(f"unknown reduction op {op!r}; choose one of {OPS}")
-    dtype = np.asarray(arr).dtype
+    dtype = arr.dtype if hasattr(arr, "dtype") else np.asarray(arr).dtype  # (a device's too)
     if dtype.kind in _ORDERED_KINDS:
         return
     if op in _UNORDERED_OK.get(dtype.kind, ()):

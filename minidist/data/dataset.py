@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.backend import to_numpy, xp_of
+
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
@@ -45,7 +47,7 @@ class Dataset:
 
     def subset(self, indices: np.ndarray, name: str | None = None) -> Dataset:
         """A new dataset holding the samples at ``indices`` (a copy, in that order)."""
-        indices = np.asarray(indices, dtype=np.int64)
+        indices = xp_of(self.x).asarray(to_numpy(indices), dtype=np.int64)  # where x is
         return Dataset(self.x[indices], self.y[indices], self.num_classes,
                        self.name if name is None else name)
 
@@ -63,7 +65,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float,
     """
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
-    labels = np.asarray(labels)
+    labels = to_numpy(labels)  # the split is decided on the host (a device's, copied)
     rng = np.random.default_rng(seed)
     train_parts, test_parts = [], []
     for label in np.unique(labels):

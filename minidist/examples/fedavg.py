@@ -39,7 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minidist.comm import Communicator, LocalCluster, world
-from minidist.examples.options import image_file, integer, number
+from minidist.examples.options import cpu_only, image_file, integer, number
 from minidist.models.mlp import accuracy, classification_loss
 from minidist.optim import SGD
 from minidist.parallel.ps.fedavg import (
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, FedRun] | None:
                         help="save the accuracy curves (and the shards) here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    cpu_only(parser, "fedavg (through a parameter server)")
     c = world()
     if c.size > 1:  # under MPI the ranks say how many clients there are
         if args.servers >= c.size:

@@ -60,6 +60,15 @@ def choose_device(parser: argparse.ArgumentParser, device: str | None) -> str:
     return backend.get_device()
 
 
+def cpu_only(parser: argparse.ArgumentParser, what: str) -> None:
+    """A usage error when ``MINIDIST_DEVICE`` asks for a device that ``what`` (a parameter
+    server's run) does not compute on (``backend.require_cpu``)."""
+    try:
+        backend.require_cpu(what)
+    except (RuntimeError, ValueError) as exc:  # a device, or a bad MINIDIST_DEVICE
+        parser.error(str(exc))
+
+
 def run_ranks(c: Communicator, requested: int | None, default: int) -> int:
     """The run's ranks: ``c.size`` under mpirun (``--ranks``, if given, must agree), else
     ``requested`` in-process ranks (``default`` when not given)."""

@@ -54,6 +54,7 @@ from minidist.comm import (
     world,
 )
 from minidist.examples.options import (
+    cpu_only,
     image_file,
     integer,
     number,
@@ -244,6 +245,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=integer(1), default=50, metavar="K",
                         help="clocks between checkpoints (with --checkpoint-dir)")
     args = parser.parse_args(argv)
+    cpu_only(parser, "ps_mlp (a parameter server)")
     if args.staleness is not None and args.consistency != "ssp":  # once ignored silently
         parser.error(f"--staleness {args.staleness}: only SSP has a staleness bound "
                      f"(--consistency ssp), not {args.consistency}")

@@ -26,7 +26,7 @@ import time
 
 from tqdm import tqdm
 
-from minidist.examples.options import image_file, integer, number
+from minidist.examples.options import cpu_only, image_file, integer, number
 from minidist.parallel.ps.simulator import (
     COMPUTE,
     DEFAULT_LR,
@@ -146,6 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=integer(0), default=0)
     parser.add_argument("--plot", type=image_file, default=None, help="save the figure here (PNG)")
     args = parser.parse_args(argv)
+    cpu_only(parser, "ps_staleness (a parameter server)")
     for method in args.methods:
         if method not in METHODS:
             parser.error(f"--methods: {method!r} is not one of {', '.join(METHODS)}")

@@ -113,8 +113,8 @@ def route(probs, top_k: int, capacity: int):
 
 @lab_answer("lab08_moe_dispatch")
 def dispatch(rows: Tensor, expert_counts, c: Communicator) -> tuple[Tensor, np.ndarray]:
-    """Send ``rows``, sorted by expert (``expert_counts[e]`` rows for expert e, E in all),
-    to the ranks holding their experts (E/P consecutive experts per rank).
+    """Send ``rows``, sorted by expert (``expert_counts[e]`` rows for expert e, E in all:
+    host integers), to the ranks holding their experts (E/P consecutive experts per rank).
 
     Returns the rows received, sorted by expert (every rank's rows for my
     first expert, rank 0's first, then for my second...), and ``table``

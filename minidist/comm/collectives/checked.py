@@ -169,7 +169,8 @@ def alltoallv(arr: np.ndarray, counts, c: Communicator,
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(alltoallv, arr, counts, c, check=check)
     arr = np.require(arr, requirements="C")
-    counts = np.asarray(counts)
+    counts = backend.to_numpy(counts)  # they decide the schedule: on the host (a copy of a
+    # device array's, which staging leaves to this line)
     problem = _counts_problem(arr, counts, c.size)
     row = arr.shape[1:]
     try:

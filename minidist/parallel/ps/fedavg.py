@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from minidist.backend import require_cpu
 from minidist.comm.transport.communicator import Communicator
 from minidist.data import Dataset
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
@@ -204,6 +205,7 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
     other K = c.size - servers are clients. ``split`` is a name (SPLITS; seeded by
     ``seed``, ``alpha`` for Dirichlet) or one index array into the training set per
     client. ``on_round(t)`` is called on client 0 after each round."""
+    require_cpu("fedavg")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     if isinstance(local_epochs, bool) or not isinstance(local_epochs, int) or local_epochs < 1:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from minidist.backend import require_cpu
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
 from minidist.data import Dataset, load_digits, standardize
@@ -100,6 +101,7 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
     folder: every k-th clock the workers push and tick, wait while the servers save their
     shards (``Worker.checkpoint``), then pull, instead of ``push_pull``; ``resume=True``
     goes on from the last checkpoint, and ends as a run never stopped would."""
+    require_cpu("train_mlp (the parameter server)")
     if (checkpoint_every is None) != (ps_options.get("checkpoint") is None):
         raise ValueError("train_mlp: checkpoint= (a folder) and checkpoint_every= (clocks) "
                          "go together")
