@@ -149,8 +149,8 @@ def _join(runner: threading.Thread, timeout: float | None, fabric: Fabric,
         fabric.abort("the caller was interrupted")
         raise
     if runner.is_alive():
+        running = [fabric.doing(r) for r in range(fabric.size) if r not in fabric.ended]
         fabric.abort(f"the run timed out after {timeout} s")
-        running = [f"rank {r}" for r in range(fabric.size) if r not in fabric.ended]
         name = getattr(fn, "__name__", repr(fn))
         raise TimeoutError(f"local run of {name} did not finish within {timeout} s "
-                           f"(still running: {', '.join(running)})")
+                           f"(still running: {'; '.join(running)})")

@@ -27,10 +27,11 @@ turn away only when it must wait. The fabric does three things:
      blocked in.
 
    A rank that *tests* a request (``test()`` in a loop) instead of waiting
-   gives its turn away each time and is never blocked. Once it tests again
-   with nothing posted anywhere since its last test, while every other rank
-   that can run is such a tester too, nothing can ever change what any of
-   them tests: that is decided as a deadlock too, at that test.
+   gives its turn away each time and is never blocked, so a loop of tests
+   that can never succeed is not decided: a program may stop testing after
+   some count and go on, and only it knows when. The run's timeout ends such
+   a run, and its error says what each rank was doing: blocked in what,
+   testing what with nothing posted anywhere since (:meth:`doing`).
 
    No real time is involved, so a busy machine cannot turn a slow rank
    into a reported deadlock, and a run is the same every time.
@@ -68,6 +69,7 @@ class Fabric:
     queued: set[int] = field(default_factory=set)  # the ranks in ``turns``
     posts: int = 0  # messages and receives posted, and collective entries, so far
     # world rank -> ``posts`` when it last tested a request incomplete, and that request
+    # (what a run that times out says of it)
     idle_tests: dict[int, tuple[int, Wait]] = field(default_factory=dict)
     aborted: str | None = None
     yield_turn: Callable[[], None] | None = None  # set by the scheduler running the ranks
@@ -182,27 +184,9 @@ class Fabric:
                             f"({self._explain(wait)})")
         if self.yield_turn is not None:
             if wait is not None:
-                self._tested(world_rank, wait)
+                self.idle_tests[world_rank] = self.posts, wait
             self.queue_turn(world_rank)
             self.yield_turn()
-
-    def _tested(self, world_rank: int, wait: Wait) -> None:
-        """``wait`` tested incomplete. Nothing posted since this rank's last test, and
-        every other rank that may run a tester that has seen the same: a waiting rank that
-        can go on gets its turn, or else no test can ever succeed, a deadlock."""
-        last = self.idle_tests.get(world_rank, (None,))[0]
-        self.idle_tests[world_rank] = self.posts, wait
-        if last != self.posts or any(self.idle_tests.get(r, (None,))[0] != self.posts
-                                     or r in self.waiting for r in self.turns):
-            return
-        can_go = [w for w in sorted(self.waiting) if self.waiting[w].done()]
-        for w in can_go:
-            self.queue_turn(w)
-        if not can_go:
-            raise CommError(f"{named(world_rank, wait)}: {wait.what} never matched (deadlock:"
-                            f" no rank posts anything and no test can succeed; "
-                            f"{self._explain(wait)}); "
-                            f"{every_wait(self.waiting, self._testing())}")
 
     def end(self, world_rank: int, how: str) -> None:
         """Record that a rank's function returned or raised."""
@@ -234,6 +218,19 @@ class Fabric:
                 self.verdicts[w] = (f"{named(w, wait)}: {wait.what} never matched "
                                     f"(deadlock: {self._explain(wait)}); {everyone}")
         return [w for w in blocked if w in self.verdicts]
+
+    def doing(self, world_rank: int) -> str:
+        """What a rank of a run that did not finish was doing, in words."""
+        if world_rank in self.ended:
+            return f"world rank {world_rank} {self.ended[world_rank]}"
+        if world_rank in self.waiting:
+            wait = self.waiting[world_rank]
+            return f"{named(world_rank, wait)} blocked in {wait.what}"
+        if world_rank in self._testing():
+            wait = self.idle_tests[world_rank][1]
+            return (f"{named(world_rank, wait)} testing {wait.what}, nothing posted anywhere "
+                    "since")
+        return f"world rank {world_rank} running"
 
     def _testing(self) -> dict[int, Wait]:
         """The ranks testing a request since the last post anywhere: what they test."""

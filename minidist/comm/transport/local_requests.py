@@ -6,7 +6,7 @@ clocks as the module docstring of ``local.py`` says (rules 1 and 2). A ``test()`
 that finds the request incomplete lets the other ranks run before it returns
 (they share one thread: nobody else could complete it otherwise).
 
-A request is also its own :class:`~minidist.comm.transport.fabric.Wait`: it says
+A request is also its own :class:`~minidist.comm.transport.waits.Wait`: it says
 what it waits for (``what``), whether that has happened (``done()``) and who
 could make it happen (``peers()``), so blocking on it builds nothing.
 How a send and a receive complete is written once (:func:`finish_send`,

@@ -254,7 +254,8 @@ each rank under a guard: a rank killed by a signal, or exiting with an error,
 ends the whole job at once, and one line names it.
 
   -n RANKS         ranks to start (at least 1)
-  -f HOSTFILE      hosts to start them on (MPICH: HOST[:SLOTS] a line)
+  -f HOSTFILE      hosts to start them on, a line each (MPICH: HOST[:SLOTS];
+                   Open MPI: HOST [slots=SLOTS])
   --grace SECONDS  how long the other ranks may take to end after one failed,
                    before they are stopped (default {DEATH_GRACE:g})
 

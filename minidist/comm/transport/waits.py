@@ -3,7 +3,9 @@
 ``Fabric.block_until`` keeps a :class:`Wait` for each blocked rank (a request
 is its own), and a rank that tests a request in a loop leaves the request it
 tested. When a wait can never complete, its error names it, what each rank
-that could complete it is doing, and what every blocked rank waits for.
+that could complete it is doing, and what every blocked rank waits for (a
+loop of tests is not decided: the run's timeout ends it, and says what each
+rank tests).
 
 A rank is named as its program knows it: by its rank in the communicator of
 the call, the world rank beside it where the two numberings differ (a
@@ -56,12 +58,9 @@ def explain(wait: Wait, ended: Mapping[int, str], waiting: Mapping[int, Wait],
     return "; ".join(states) or "no peer"
 
 
-def every_wait(waiting: Mapping[int, Wait], testing: Mapping[int, Wait] | None = None) -> str:
-    """What every rank of a deadlock waits for (or tests), by world rank (the first few
-    of many)."""
-    waits = {**waiting, **(testing or {})}
-    ranks = sorted(waits)
-    shown = [f"{named(w, waits[w])} {'in' if w in waiting else 'testing'} {waits[w].what}"
-             for w in ranks[:SHOWN_WAITS]]
+def every_wait(waiting: Mapping[int, Wait]) -> str:
+    """What every rank of a deadlock waits for, by world rank (the first few of many)."""
+    ranks = sorted(waiting)
+    shown = [f"{named(w, waiting[w])} in {waiting[w].what}" for w in ranks[:SHOWN_WAITS]]
     more = f"; and {len(ranks) - SHOWN_WAITS} more" if len(ranks) > SHOWN_WAITS else ""
     return f"blocked: {'; '.join(shown)}{more}"
