@@ -129,8 +129,8 @@ def test_a_run_of_ranks_testing_in_a_loop_times_out_naming_what_each_does():
 
     with pytest.raises(TimeoutError) as info:
         LocalCluster(2).run(fn, timeout=2)
-    assert "(still running: rank 0 blocked in recv from rank 1 tag 0; rank 1 testing recv " \
-           "from rank 0 tag 0, nothing posted anywhere since)" in str(info.value)
+    assert "(still running: rank 0 blocked in recv from rank 1 tag 0; rank 1 last tested " \
+           "recv from rank 0 tag 0, nothing posted anywhere since)" in str(info.value)
 
 
 def test_a_rank_that_stops_testing_after_a_count_goes_on():

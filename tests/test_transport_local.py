@@ -484,12 +484,27 @@ def test_a_rendezvous_send_waits_for_its_receive_on_the_clock_too():
     assert LocalCluster(2, network=network).run(fn) == [(2.0, 1), (12.0, 1)]
     assert LocalCluster(2, network=network, eager_limit=10).run(fn) == [(12.0, 1), (12.0, 1)]
 
+    def two_sends(c):  # rank 0 isends to 1 and 2, who compute 3 s before receiving
+        if c.rank == 0:
+            for request in [c.isend(np.ones(100, np.uint8), dest) for dest in (1, 2)]:
+                request.wait()
+        else:
+            c.compute(3.0)
+            c.recv(np.empty(100, np.uint8), 0)
+        return c.stats.clock
+
+    # both transfers once took rank 0's one link during [3, 5]: now one after the other
+    assert LocalCluster(3, network=network, eager_limit=10).run(two_sends) == [7.0, 5.0, 7.0]
+
 
 @pytest.mark.parametrize("seconds", [-5.0, float("nan"), float("inf")])
 def test_compute_refuses_time_that_would_break_the_clock(seconds):
-    """The clock ran backwards (-5) or became NaN or infinite, without a word."""
+    """The clock ran backwards (-5) or became NaN or infinite, without a word; a 0-d
+    array's seconds (a reduction's result) are seconds."""
     with pytest.raises(RankError, match="compute's seconds must be a finite number >= 0"):
         LocalCluster(2, network=NET).run(lambda c: c.compute(seconds))
+    assert LocalCluster(1, network=NET).run(
+        lambda c: (c.compute(np.array(0.5)), c.stats.clock)[1]) == [0.5]
 
 
 def test_a_run_that_outlives_its_timeout_raises():

@@ -172,9 +172,8 @@ class Fabric:
     def pass_turn(self, world_rank: int, wait: Wait | None = None) -> None:
         """Let the other ranks run before this one goes on (a request that tested
         incomplete, ``wait``: it cannot complete unless someone else runs). Raises
-        :class:`CommError` once the run is abandoned, when every rank that could complete
-        ``wait`` has ended, or when no test can ever succeed (module docstring, 3): a
-        loop of tests would otherwise spin for ever."""
+        :class:`CommError` once the run is abandoned, or when every rank that could
+        complete ``wait`` has ended: a loop of tests would otherwise spin for ever."""
         if self.aborted:
             what = f"{named(world_rank, wait)}: {wait.what} " if wait is not None else \
                 f"world rank {world_rank}: "
@@ -228,8 +227,8 @@ class Fabric:
             return f"{named(world_rank, wait)} blocked in {wait.what}"
         if world_rank in self._testing():
             wait = self.idle_tests[world_rank][1]
-            return (f"{named(world_rank, wait)} testing {wait.what}, nothing posted anywhere "
-                    "since")
+            return (f"{named(world_rank, wait)} last tested {wait.what}, nothing posted "
+                    "anywhere since")
         return f"world rank {world_rank} running"
 
     def _testing(self) -> dict[int, Wait]:

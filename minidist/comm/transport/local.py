@@ -23,8 +23,9 @@ an incoming link. With ``m(n) = alpha + beta · n`` for an n-byte message:
    returns with ``t = s + m(n)``; ``isend`` returns at once and its
    ``wait()`` sets ``t = max(t, s + m(n))``. A rendezvous send (above
    ``eager_limit``) cannot begin before its receive is posted, at
-   ``t_post`` on the receiver's clock: ``s`` becomes ``max(s, t_post)``
-   once they match (its ``send``, or ``wait()``, returns only then).
+   ``t_post`` on the receiver's clock: it takes the link once they match,
+   ``s = max(t, t_post, out_free)`` (its ``send``, or ``wait()``, returns
+   only then), so transfers matched in turn follow one another.
 2. *receive* posted at ``t_post``, matched to a message that started at
    ``s``: it holds the incoming link from ``b = max(s, t_post, in_free)`` to
    ``in_free = b + m(n)``; on completion (``recv`` returns, ``wait()``)
@@ -155,14 +156,18 @@ class LocalCommunicator(Communicator):
         if state.straggler.delay:
             self._straggle(state.straggler.delay)
         cost = net.message_time(buf.nbytes)
-        start, _ = stats.seconds.start_send(cost)
-        start_round, _ = stats.latencies.start_send(1)
         stats.messages_sent += 1
         stats.bytes_sent += buf.nbytes
         if state.trace:
             trace_message(state.world_rank, self.members[dest], tag, buf.nbytes)
-        rendezvous = state.eager_limit is not None and buf.nbytes > state.eager_limit
-        message = Message(buf, start, cost, start_round, state.world_rank, rendezvous)
+        if state.eager_limit is not None and buf.nbytes > state.eager_limit:
+            # rendezvous: the link is taken when a receive matches (mail.py, PostedRecv.take)
+            message = Message(buf, stats.seconds.now, cost, stats.latencies.now,
+                              state.world_rank, True, links=(stats.seconds, stats.latencies))
+        else:
+            start, _ = stats.seconds.start_send(cost)
+            start_round, _ = stats.latencies.start_send(1)
+            message = Message(buf, start, cost, start_round, state.world_rank)
         # communication: copied into dest's posted receive, or to wait in its mailbox
         self.fabric.deliver((self.channel, self.rank, dest, tag), message, self.members[dest])
         return message
@@ -259,6 +264,8 @@ class LocalCommunicator(Communicator):
     def compute(self, seconds: float) -> None:
         """Account ``seconds`` of local computation on the virtual clock (a finite number
         >= 0: a clock never runs backwards, nor becomes NaN)."""
+        if isinstance(seconds, np.ndarray) and seconds.ndim == 0:  # a reduction's result
+            seconds = seconds.item()
         seconds = finite(f"rank {self.rank}: compute's seconds", seconds)
         slowdown = self.state.straggler.slowdown
         self.stats.seconds.now += seconds

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minidist.comm.transport.stats import Timeline
+
 
 @dataclass(slots=True)
 class Message:
@@ -26,12 +28,14 @@ class Message:
 
     data: np.ndarray
     start: float  # when the transfer began, on the sender's clock (seconds); a rendezvous
-    # message's, once matched: when its receive was posted, if that was later
+    # message's: when it was posted, until a receive matches it (``PostedRecv.take``)
     cost: float  # m(n), seconds on each link (sender and receiver price alike)
     start_round: float  # the same, on its rounds clock
     sender: int  # world rank, woken when a rendezvous message is matched
     rendezvous: bool = False  # the sender waits until a receive has matched it
     matched: bool = False
+    links: tuple[Timeline, Timeline] | None = None  # a rendezvous sender's outgoing links
+    # (seconds, rounds), taken when a receive matches
 
 
 @dataclass(slots=True)
@@ -62,8 +66,11 @@ class PostedRecv:
         else:
             message.data = data.copy()
             self.fitted = False
-        if message.rendezvous:  # its transfer begins once both ends are posted
-            message.start = max(message.start, self.posted_at[0])
-            message.start_round = max(message.start_round, self.posted_at[1])
+        if message.rendezvous:  # it takes the sender's link once both ends are posted
+            seconds, rounds = message.links
+            message.start = max(message.start, self.posted_at[0], seconds.send_free)
+            seconds.send_free = message.start + message.cost
+            message.start_round = max(message.start_round, self.posted_at[1], rounds.send_free)
+            rounds.send_free = message.start_round + 1
         message.matched = True
         self.message = message
