@@ -94,7 +94,7 @@ from minidist.comm.transport.local_state import (  # noqa: F401 (the package's i
 from minidist.comm.transport.mail import Message, PostedRecv
 from minidist.comm.transport.stats import LocalStats
 from minidist.comm.transport.trace import trace_message
-from minidist.comm.transport.waits import Wait
+from minidist.comm.transport.waits import Wait, label
 from minidist.util.values import finite
 
 
@@ -283,19 +283,14 @@ class LocalCommunicator(Communicator):
         this rank was told to."""
         state = self.state
         if self.fabric.aborted:
-            raise CommError(f"{self._who()}: {kind} after the run ended: {self.fabric.aborted}")
+            raise CommError(f"{label(self.rank, state.world_rank)}: {kind} after the run "
+                            f"ended: {self.fabric.aborted}")
         state.calls += 1
         if state.fail_after is not None and state.calls > state.fail_after:
-            raise RankFailure(f"{self._who()}: injected failure at {kind} "
+            raise RankFailure(f"{label(self.rank, state.world_rank)}: injected failure at {kind} "
                               f"(communication call {state.calls})")
         if point_to_point:
             check_point_to_point(self.rank, self.size, kind, *point_to_point)
-
-    def _who(self) -> str:
-        """This rank as its program knows it, the world rank beside where they differ."""
-        world = self.state.world_rank
-        return f"rank {self.rank}" if self.rank == world else \
-            f"rank {self.rank} (world rank {world})"
 
     def _exchange(self, kind: str, value: object) -> dict[int, object]:
         calls = self.state.collective_calls

@@ -31,12 +31,17 @@ class Wait:
     peers: Callable[[], list[tuple[int, int]]]  # (rank in the communicator, world rank)
 
 
+def label(rank: int, world: int, same_numbering: bool = True) -> str:
+    """``rank r`` of a communicator; ``rank r (world rank w)`` where its numbering is not
+    the world's (``same_numbering``: its other ranks' too)."""
+    if rank == world and same_numbering:
+        return f"rank {rank}"
+    return f"rank {rank} (world rank {world})"
+
+
 def named(world: int, wait: Wait) -> str:
-    """``rank r`` of the wait's communicator; ``rank r (world rank w)`` when that
-    communicator numbers its ranks otherwise than the world."""
-    if wait.rank == world and all(rank == w for rank, w in wait.peers()):
-        return f"rank {wait.rank}"
-    return f"rank {wait.rank} (world rank {world})"
+    """The waiting rank, labelled in its wait's communicator (its peers' numbering too)."""
+    return label(wait.rank, world, all(rank == w for rank, w in wait.peers()))
 
 
 def explain(wait: Wait, ended: Mapping[int, str], waiting: Mapping[int, Wait],
