@@ -80,6 +80,7 @@ from minidist.parallel.ps.rules import ServerOptimizer
 from minidist.parallel.ps.server import ServerReport
 from minidist.parallel.ps.training import digits, load_values, mlp_layout
 from minidist.util import chunk_bounds
+from minidist.util.values import whole
 
 SPLITS = ("iid", "noniid", "dirichlet")
 
@@ -206,10 +207,8 @@ def fedavg(c: Communicator, rounds: int = 20, local_epochs: int = 1,
     ``seed``, ``alpha`` for Dirichlet) or one index array into the training set per
     client. ``on_round(t)`` is called on client 0 after each round."""
     require_cpu("fedavg")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if isinstance(local_epochs, bool) or not isinstance(local_epochs, int) or local_epochs < 1:
-        raise ValueError(f"local epochs E must be an integer >= 1, got {local_epochs!r}")
+    whole("rounds", rounds, least=1)
+    whole("local epochs E", local_epochs, least=1)
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch size B must be >= 1 (or None: the whole shard), "
                          f"got {batch_size}")
