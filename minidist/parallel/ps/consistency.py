@@ -35,9 +35,12 @@ stopped or dropped (failed) no longer count.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from minidist.parallel.ps.messages import Header
 from minidist.util.answers import lab_answer
 
 
@@ -93,6 +96,32 @@ class SSP(Consistency):
 
     def __repr__(self) -> str:
         return f"ssp({self.staleness})"
+
+
+class HeldPushes:
+    """BSP's pushes on a server (worker, header, keys, rows), each held until every
+    running worker has finished the iteration it belongs to: the barrier after it."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[int, Header, np.ndarray, np.ndarray]] = []
+
+    def hold(self, worker: int, header: Header, keys: np.ndarray, rows: np.ndarray) -> None:
+        self.pushes.append((worker, header, keys.copy(), rows.copy()))
+
+    def release(self, clocks: Iterable[int]) -> list[tuple[int, Header, np.ndarray, np.ndarray]]:
+        """The pushes of every iteration all ``clocks`` have finished (all of them once no
+        worker runs), no longer held, in an order that does not depend on their timing."""
+        barrier = min(clocks, default=None)
+        held, self.pushes = self.pushes, []
+        ready = []
+        for push in held:
+            if barrier is None or push[1].clock < barrier:
+                ready.append(push)
+            else:
+                self.pushes.append(push)
+        # in the order the requests began, ties by worker (stable: one worker's in turn):
+        # the modelled-clock order in-process, worker order under MPI, on every run
+        return sorted(ready, key=lambda p: (p[1].timestamp, p[0]))
 
 
 def consistency(name: str | Consistency, staleness: int | None = None) -> Consistency:

@@ -65,7 +65,7 @@ from minidist.comm.errors import CommError, PeerFailed
 from minidist.comm.tags import Tag
 from minidist.comm.transport.communicator import Communicator
 from minidist.parallel.ps.checkpoint import refuse_to_save, save_shard
-from minidist.parallel.ps.consistency import Consistency, StalenessLog
+from minidist.parallel.ps.consistency import Consistency, HeldPushes, StalenessLog
 from minidist.parallel.ps.keys import KeyLayout, common_width
 from minidist.parallel.ps.messages import (
     HEADER_BYTES,
@@ -99,7 +99,7 @@ class Server:
         self.clocks = {w: clock for w in range(len(workers))}  # running workers' clocks
         self.parked: dict[int, tuple[int, np.ndarray]] = {}  # worker -> its read (clock, keys)
         self.at_checkpoint: dict[int, Header] = {}
-        self.held: list[tuple[int, Header, np.ndarray, np.ndarray]] = []  # BSP's pushes
+        self.held = HeldPushes()  # BSP's pushes, until the barrier
         self.log, self.requests, self.dropped = StalenessLog(), Counter(), []
         # the shard as rows when they have one width (rules.py), and where a worker's keys
         # lie in it, kept for its next request (plans.py)
@@ -123,8 +123,7 @@ class Server:
         if self.softsync is not None:
             self.accumulator = SoftSync(end - first, shard.values.shape, self.dtype,
                                         max(1, len(self.workers) // self.softsync))
-            self.shard_index = lambda keys: self.layout.value_index(keys + first, first,
-                                                                    self.width)
+            self.shard_index = lambda keys: self.layout.value_index(keys + first, first, self.width)
         listening = {w: self._listen(w) for w in self.clocks}
         while listening:
             worker = self._next(listening)
@@ -135,13 +134,11 @@ class Server:
             self.requests[header.kind.name] += 1
             try:
                 self._handle(worker, header)
+                del listening[worker]
             except CommError as err:  # it died between its header and its payload
                 self._drop(worker, listening, err)
-                self._unpark()
-                continue
-            del listening[worker]
             self._unpark()  # answers first: a worker waiting for one is not kept waiting
-            if header.kind is not Kind.STOP:
+            if worker in self.clocks:  # neither stopped nor dropped: its next request
                 listening[worker] = self._listen(worker)
         self._apply_held()
         self._after_leaving(final=True)
@@ -222,7 +219,7 @@ class Server:
         """A push's rows: held until the barrier (BSP), else applied now; acknowledged (a
         PUSH_PULL is answered by its read). No keys: nothing for this shard."""
         if self.rule.holds_updates and keys.size:
-            self.held.append((worker, header, keys.copy(), rows.copy()))  # until the barrier
+            self.held.hold(worker, header, keys, rows)
         elif keys.size:
             self._push(worker, header, keys, rows)
         if acknowledge:
@@ -252,30 +249,18 @@ class Server:
     def _reply(self, worker: int, value: int) -> None:
         # communication: one integer: the shard's version (acknowledging a push), or the
         # clock a checkpoint saved (the worker may go on)
-        self.c.send(np.array([value], np.int64).view(np.uint8), self.workers[worker],
-                    Tag.PS_REPLY)
+        self.c.send(np.array([value], np.int64).view(np.uint8), self.workers[worker], Tag.PS_REPLY)
 
     # --- 4. answer the reads the clocks allow ------------------------------------------
     def _apply_held(self) -> None:
         """BSP: apply the pushes of every iteration all running workers have finished (all
         of them once no worker runs), in an order that does not depend on their timing."""
-        if not self.held:
-            return
-        barrier = min(self.clocks.values(), default=None)
-        held, self.held = self.held, []
-        ready = []
-        for push in held:
-            if barrier is None or push[1].clock < barrier:
-                ready.append(push)
-            else:
-                self.held.append(push)
+        ready = self.held.release(self.clocks.values())
         if self.accumulator is not None and ready:
             # n-softsync: ⌊the iteration's pushes / n⌋ to an update (fewer once workers left)
             self.accumulator.resize(len(ready) // self.softsync)
-        # in the order the requests began, ties by worker (stable: one worker's in turn):
-        # the modelled-clock order in-process, worker order under MPI, on every run
-        for worker, header, keys, rows in sorted(ready, key=lambda p: (p[1].timestamp, p[0])):
-            self._push(worker, header, keys, rows)
+        for push in ready:
+            self._push(*push)
 
     def _unpark(self) -> None:
         self._apply_held()
