@@ -8,7 +8,7 @@ raised, ``{"ok": False, "summary", "traceback", "error", "time"}``. After an
 error it aborts the MPI job so no other rank waits forever for this one.
 An error of MPI itself is most often a peer that died (a receive from a
 process that is gone): the rank then waits :data:`PEER_DEATH_WAIT` seconds
-before aborting, so that the dead peer's guard (``mpirun.RANK_GUARD``) names
+before aborting, so that the dead peer's guard (``rank_guard.RANK_GUARD``) names
 it first and ``launch`` reports that death, the cause, not this symptom.
 """
 

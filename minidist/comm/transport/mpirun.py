@@ -9,15 +9,16 @@ the same way. When a rank's process is killed (SIGKILL from a user or the
 out-of-memory killer, a segmentation fault), the whole job ends, within a
 stated time, with one line naming the rank, and leaves no process:
 
-1. **The rank is named by its guard.** Each rank runs under :data:`RANK_GUARD`,
-   a few lines of POSIX sh that start the rank and wait for it. If the rank
-   ends by a signal, the guard writes ``minidist: rank 1 (pid 4242 on host)
-   was killed by signal 9`` on stderr and dies by the same signal. Nothing
-   else can say it: the rank itself is gone, and MPICH's ``BAD TERMINATION
-   ... PID`` banner names whichever process its clean-up saw end first, often
-   a rank it killed itself, and never a rank number. The rank is
-   ``PMI_RANK`` (MPICH) or ``OMPI_COMM_WORLD_RANK`` (Open MPI); this side
-   reads the line as a :class:`Death` ("rank 1 ... was killed by SIGKILL").
+1. **The rank is named by its guard.** Each rank runs under ``RANK_GUARD``
+   (``rank_guard.py``), a few lines of POSIX sh that start the rank and wait
+   for it. If the rank ends by a signal, the guard writes ``minidist: rank 1
+   (pid 4242 on host) was killed by signal 9`` on stderr and dies by the same
+   signal. Nothing else can say it: the rank itself is gone, and MPICH's
+   ``BAD TERMINATION ... PID`` banner names whichever process its clean-up
+   saw end first, often a rank it killed itself, and never a rank number. The
+   rank is ``PMI_RANK`` (MPICH) or ``OMPI_COMM_WORLD_RANK`` (Open MPI); this
+   side reads the line as a :class:`Death` ("rank 1 ... was killed by
+   SIGKILL").
 2. **mpiexec ends the job.** When a process of the job ends abnormally,
    MPICH's hydra kills every other rank's process group (a guard and its
    rank are one group, so they end together, and only the dead rank's guard
@@ -56,16 +57,16 @@ import codecs
 import itertools
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from minidist.comm.transport.rank_guard import DEATH_LINE, FAILED_LINE, GUARD_COMMAND, Death
 from minidist.util.mpiexec import mpiexec_command, rank_environment
 from minidist.util.processes import (
     KILL_GRACE,
@@ -78,60 +79,6 @@ from minidist.util.shm import remove_left_segments
 DEATH_GRACE = 5.0  # seconds mpiexec is given to end the job after a rank's death
 JOB_MARK = "MINIDIST_JOB"  # in the environment of every process of a job: its identity
 _jobs = itertools.count()
-
-# $1..: the rank's command, run in the background so that $! is its pid. When the rank dies
-# by a signal, the guard says so at once (builtins only: a survivor that sees its peer gone may
-# abort the job a few milliseconds later) and dies by the same signal, so mpiexec sees what it
-# sees without a guard. A rank that exits with a status other than 0 (os._exit, a crash in
-# native code, MPI_Abort) is named the same way, with its status. Told to stop (SIGTERM from a
-# stop, SIGINT, SIGHUP), it passes it on, waits for the rank (an orphan would linger until
-# init reaps it) and says nothing.
-RANK_GUARD = r"""
-host=$(uname -n)
-trap 'stopping=1; kill -s TERM $pid 2>/dev/null' TERM INT HUP
-"$@" 0<&0 &
-pid=$!
-wait $pid 2>/dev/null
-status=$?
-while kill -0 $pid 2>/dev/null; do wait $pid 2>/dev/null; status=$?; done
-if [ $status -gt 128 ] && [ -z "$stopping" ]; then
-  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $host)" \
-       "was killed by signal $((status - 128))" >&2
-  trap - TERM INT HUP
-  kill -$((status - 128)) $$
-elif [ $status -ne 0 ] && [ -z "$stopping" ]; then
-  echo "minidist: rank ${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-?}} (pid $pid on $host)" \
-       "exited with status $status" >&2
-fi
-exit $status
-""".strip()
-GUARD_COMMAND = ("sh", "-c", RANK_GUARD, "sh")  # "sh": the guard's $0; the rank's words follow
-
-DEATH_LINE = re.compile(r"minidist: rank (\d+) \(pid (\d+) on (\S+)\) was killed by signal (\d+)")
-FAILED_LINE = re.compile(r"minidist: rank \d+ \(pid \d+ on \S+\) "
-                         r"(was killed by signal|exited with status) (\d+)")
-
-
-@dataclass
-class Death:
-    """A rank that ended by a signal, as its guard reported it."""
-
-    rank: int
-    pid: int
-    host: str
-    signal: int
-    seen: float = field(default_factory=time.monotonic)
-
-    @property
-    def name(self) -> str:
-        """The signal's name: "SIGKILL" for 9."""
-        try:
-            return signal.Signals(self.signal).name
-        except ValueError:
-            return f"signal {self.signal}"
-
-    def __str__(self) -> str:
-        return f"rank {self.rank} (pid {self.pid} on {self.host}) was killed by {self.name}"
 
 
 @dataclass
