@@ -22,7 +22,7 @@ from sigterm import survivors_of_sigterm
 from test_glove import random_cooccurrence
 
 from minidist import glove
-from minidist.parallel import hogwild
+from minidist.parallel import hogwild, shared_arrays
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def created_blocks(monkeypatch):
             if create:
                 names.append(self.name)
 
-    monkeypatch.setattr(hogwild.shared_memory, "SharedMemory", Recorded)
+    monkeypatch.setattr(shared_memory, "SharedMemory", Recorded)
     return names
 
 
@@ -192,7 +192,7 @@ def test_arrays_of_objects_and_blocks_dev_shm_has_no_room_for_are_refused(monkey
         hogwild.SharedArrays.create({"o": np.array([object()], dtype=object)})
     if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm here")
-    monkeypatch.setattr(hogwild.shutil, "disk_usage",
+    monkeypatch.setattr(shared_arrays.shutil, "disk_usage",
                         lambda path: shutil_usage(total=1 << 30, used=0, free=1 << 20))
     with pytest.raises(MemoryError, match=r"need 8\.0 MiB but /dev/shm has 1\.0 MiB free"):
         hogwild.SharedArrays.create({"w": np.zeros(1 << 20)})

@@ -10,10 +10,11 @@ from typing import Any
 
 from minidist.parallel.checkpoint import load_checkpoint, save_checkpoint
 from minidist.parallel.ddp import DataParallel
-from minidist.parallel.hogwild import HogwildRun, SharedArrays, run_hogwild
+from minidist.parallel.hogwild import HogwildRun, run_hogwild
 from minidist.parallel.moe import MoE
 from minidist.parallel.pipeline import Pipeline
 from minidist.parallel.ps import KeyLayout, ParameterServer, ServerOptimizer
+from minidist.parallel.shared_arrays import SharedArrays
 from minidist.parallel.tensor_parallel import ParallelMLP, ParallelSelfAttention
 from minidist.parallel.zero import ShardedOptimizer
 
