@@ -20,11 +20,12 @@ GloVe), so that vectors trained here and there are comparable:
 kept where both tokens share a document; each pair becomes one int64 key
 ``a * V + b``, and sorting the keys puts equal pairs side by side so their
 weights add up (:func:`count_window_pairs`). A chunk's sorted counts are then
-merged into the running total (:func:`merge_counts`). The last ``window``
-tokens of a chunk are carried over as left context of the next one, so a
-long line (text8 is one line of 17 M tokens) is counted exactly. In
-symmetric mode each unordered pair is counted once, as ``min * V + max``,
-and mirrored only at the end: half the memory while counting.
+merged into the running total (``merge_counts``, ``sorted_counts.py``). The
+last ``window`` tokens of a chunk are carried over as left context of the
+next one, so a long line (text8 is one line of 17 M tokens) is counted
+exactly. In symmetric mode each unordered pair is counted once, as
+``min * V + max``, and mirrored only at the end: half the memory while
+counting.
 
 Cost: O(T·W log(T·W)) time for T tokens and window W; memory O(nnz of X)
 plus O(chunk_tokens · W) for one chunk. Measured on one core: 17 M tokens
@@ -55,6 +56,7 @@ from itertools import repeat
 import numpy as np
 
 from minidist.data.corpus import CorpusError, CorpusSource, download_text8, iter_pieces
+from minidist.data.sorted_counts import merge_counts, run_starts, sum_sorted_duplicates
 from minidist.data.vocab import Vocabulary, build_vocab
 from minidist.util.arguments import integer, output_file, path_or
 from minidist.util.download import DownloadError
@@ -138,31 +140,6 @@ def vocab_ids_and_docs(tokens: list[str], piece_sizes: list[int], piece_docs: li
     return ids[known], docs[known]
 
 
-def sum_sorted_duplicates(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of sorted ``keys`` and, for each, the sum of its ``vals``. O(n)."""
-    if len(keys) == 0:
-        return keys, vals
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    return keys[starts], np.add.reduceat(vals, starts)
-
-
-def merge_counts(keys: np.ndarray, vals: np.ndarray, new_keys: np.ndarray,
-                 new_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Add sorted unique ``(new_keys, new_vals)`` into sorted unique ``(keys, vals)``.
-
-    Keys already present get their values added in place; the others are
-    inserted at the positions a binary search finds. Cost: O(m log n) to
-    search m new keys among n, O(n + m) to copy.
-    """
-    where = np.searchsorted(keys, new_keys)
-    present = where < len(keys)
-    present[present] = keys[where[present]] == new_keys[present]
-    vals[where[present]] += new_vals[present]
-    absent = ~present
-    return (np.insert(keys, where[absent], new_keys[absent]),
-            np.insert(vals, where[absent], new_vals[absent]))
-
-
 def count_window_pairs(ids: np.ndarray, docs: np.ndarray, first_new: int, window: int,
                        vocab_size: int, symmetric: bool,
                        distance_weighting: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -191,7 +168,7 @@ def count_window_pairs(ids: np.ndarray, docs: np.ndarray, first_new: int, window
     if len(keys) == 0:
         return keys, np.empty(0)
     keys.sort()
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    starts = run_starts(keys)
     repeats = np.diff(starts, append=len(keys)).astype(np.float64)
     keys = keys[starts]
     distance = keys & ((1 << distance_bits) - 1)
