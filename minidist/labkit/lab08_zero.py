@@ -24,6 +24,8 @@ this order:
    (float64 buffers in a float32 model send twice the bytes), with or without
    their agreement checks, counted by the transport.
 
+Claims 3 and 4 are made in ``lab08_zero_bytes.py``.
+
 ``check_zero_shape_error`` hands every rank a gradient of the wrong shape: the
 step must raise a ValueError naming both shapes.
 
@@ -41,15 +43,13 @@ next) and each step's traffic is counted in the grader.
 
 from __future__ import annotations
 
-from itertools import product
 from typing import Any
 
 import numpy as np
 
 from minidist.autograd import Tensor
-from minidist.comm import allgather, allreduce, reduce_scatter
-from minidist.labkit.checks import CheckFailed, expect, expect_close
-from minidist.labkit.lab08 import Phases, expect_traffic, per_rank, traffic
+from minidist.labkit.checks import expect, expect_close
+from minidist.labkit.lab08 import Phases
 from minidist.labkit.lab08_ranks import (
     class_of,
     zero_backward,
@@ -58,18 +58,18 @@ from minidist.labkit.lab08_ranks import (
     zero_results,
     zero_stepped,
 )
+from minidist.labkit.lab08_zero_bytes import expect_memory, expect_zero_traffic
 from minidist.labkit.ranks import run_ranks
 from minidist.labkit.remote import name_of, on_student
 from minidist.labkit.resident import memory_of
 from minidist.nn import MLP
 from minidist.nn.functional import cross_entropy
-from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer, values_held
+from minidist.parallel.zero import OPTIMIZERS, ShardedOptimizer
 from minidist.util import chunk_bounds
 
 LIBRARY_ZERO = ("lab08_zero_step",)
 HYPER = {"sgd": dict(lr=0.1, momentum=0.9), "adam": dict(lr=0.05)}
 STATES = {"sgd": 1, "adam": 2}  # K, the optimiser's values per parameter
-FLOAT64 = np.dtype(np.float64)
 
 
 def check_zero_step(zero_class: type, world_size: int, stage: int, optimizer: str,
@@ -191,70 +191,6 @@ def one_process(sizes: list[int], seed: int, dtype: str, optimizer: str, x: np.n
             p.grad = g.astype(p.data.dtype)
         opt.step()
     return [p.data for p in params]
-
-
-def expect_zero_traffic(what: str, results: list[dict[str, Any]], n: int, world_size: int,
-                        steps: int, dtype: np.dtype) -> None:
-    """Each step: one reduce-scatter of the N gradients and one allgather of the padded
-    shards, in the model's dtype, with or without their agreement checks."""
-    __tracebackhide__ = True
-    bounds = chunk_bounds(n, world_size)
-    longest = bounds[0][1] - bounds[0][0]
-
-    def sent(first: Any, scatter: Any, gather: Any, checks: tuple[bool, bool]) -> Any:
-        def body(c: Any) -> None:
-            first(np.zeros(n, scatter), c, check=checks[0])
-            allgather(np.zeros(longest, gather), c, check=checks[1])
-        return traffic(world_size, body)
-
-    checks = list(product((True, False), repeat=2))
-    options = [sent(reduce_scatter, dtype, dtype, check) for check in checks]
-
-    def hints() -> dict[str, Any]:  # what else the answer may have sent
-        named = {"an allreduce of the whole gradient (every rank gets every sum; the "
-                 "reduce-scatter gives rank r the sum of its shard only) and an allgather":
-                 [sent(allreduce, dtype, dtype, check) for check in checks]}
-        if dtype != np.float64:
-            named[f"a reduce-scatter and an allgather with float64 values, where the model's "
-                  f"are {dtype}: make the flat gradient and the padded shard in "
-                  "self.flat.dtype"] = [
-                sent(reduce_scatter, a, b, check) for check in checks
-                for a, b in product((dtype, np.float64), repeat=2) if (a, b) != (dtype, dtype)]
-        return named
-    for t in range(steps):
-        expect_traffic(f"{what}: step {t + 1}", per_rank(results, f"step {t + 1}"), options,
-                       f"one reduce-scatter of the {n} gradients and one allgather of the "
-                       f"shards (each padded to ceil(N/P) = {longest} values, {dtype}) send",
-                       hints)
-
-
-def expect_memory(what: str, results: list[dict[str, Any]], n: int, world_size: int,
-                  stage: int, states: int, dtype: np.dtype = FLOAT64) -> None:
-    """Each rank's bytes kept against the model states of ZeRO-``stage`` (of ``dtype``)."""
-    __tracebackhide__ = True
-    b = dtype.itemsize
-    for rank, r in enumerate(results):
-        held = values_held(n, world_size, rank, stage, states)
-        got, expected = r["kept"], b * sum(held.values())
-        shard = held["optimizer_state"] // states
-        if got == expected:
-            continue
-        hint = (f" -- {r['other']} bytes of it are in arrays of another float dtype than the "
-                f"model's {dtype}: make the flat gradient and the shard's gradient in "
-                "self.flat.dtype" if r.get("other") else
-                f" -- the optimisers it keeps hold {r['state']} bytes of state, "
-                f"{b * states * n} would be the whole vector's: the optimiser of the shard "
-                "(self.optimizer) is all ZeRO needs: update only the shard"
-                if r["state"] > b * held["optimizer_state"] else
-                " -- that is the whole flat gradient more: stage 2 keeps only the average of "
-                "its shard" if stage == 2 and got - expected == b * (n - shard) else
-                " -- that is one flat vector of N values more: stage 1 keeps the flat "
-                "gradient in self.grad_buffer" if stage == 1 and got - expected == b * n
-                else "")
-        raise CheckFailed(f"{what}: after a step rank {rank} keeps {got} bytes of arrays, "
-                          f"ZeRO-{stage} keeps {expected}: parameters N = {n}, gradients "
-                          f"{held['gradients']}, the optimiser state of its shard K·n_r = "
-                          f"{states}·{shard} ({b} bytes a value){hint}")
 
 
 def resident_after_a_step(zero_class: type, world_size: int, stage: int, optimizer: str,
