@@ -40,6 +40,9 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
         self.defaults = dict(defaults)
+        if isinstance(params, Tensor):  # list(p) would give its rows, which get no gradients
+            raise TypeError("optimizer params must be an iterable of Tensors (or of parameter "
+                            "groups), not a Tensor: pass [p]")
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -50,8 +53,11 @@ class Optimizer:
         self.state: dict[int, dict[str, Any]] = {}  # id(param) -> that parameter's state
 
     def add_param_group(self, group: dict[str, Any]) -> None:
-        """Add parameters with their own hyper-parameters (defaults fill the rest)."""
-        group = {**self.defaults, **group, "params": list(group["params"])}
+        """Add parameters with their own hyper-parameters (defaults fill the rest); a
+        group's ``params`` may be one Tensor (as in PyTorch)."""
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        group = {**self.defaults, **group, "params": params}
         self.check_hyper(group, f"param_groups[{len(self.param_groups)}]: ")
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
