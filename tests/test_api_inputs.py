@@ -3,6 +3,8 @@ clear error naming it, before anything changes, and edge cases give the right nu
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -116,7 +118,7 @@ def test_collectives_name_a_tensor_or_a_root_or_peer_of_none():
     def tensor(c):
         comm.allreduce(md.Tensor(np.ones(2)), c)
 
-    with pytest.raises(comm.RankError, match=r"allreduce takes an array, got a Tensor"):
+    with pytest.raises(comm.RankError, match=r"allreduce: the data is a Tensor: pass its \.data"):
         md.launch(tensor, 2)
     for collective in (comm.broadcast, comm.reduce, comm.gather, comm.scatter):
         def rootless(c, collective=collective):
@@ -174,3 +176,46 @@ def test_gradcheck_passes_integer_inputs_as_they_are():
     """It cast them to float64, and an index then failed in numpy."""
     table = md.Tensor(np.random.default_rng(0).normal(size=(5, 3)), requires_grad=True)
     assert md.autograd.gradcheck(lambda w, ids: w[ids], table, md.Tensor(np.array([4, 0, 4])))
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: comm.allreduce(np.ones(3), c, op=None),
+    lambda c: comm.allreduce(np.ones(300), c, op=None, algorithm="tree"),
+    lambda c: comm.allreduce(np.ones(3), c, op=None, algorithm="mpi"),
+    lambda c: comm.reduce(np.ones(3), c, op=None),
+    lambda c: comm.reduce_scatter(np.ones(3), c, op=None),
+])
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_a_reduction_refuses_op_none_on_every_rank(call, ranks):
+    """None passed the check as 'no op': reduce's other ranks returned None, an allreduce
+    on one rank returned its input, on three one rank raised and the others waited."""
+    def body(c):
+        with pytest.raises(ValueError, match=r"op None is not supported; use one of"):
+            call(c)
+        return True
+
+    assert md.launch(body, ranks) == [True] * ranks
+
+
+@pytest.mark.parametrize("bad, why", [
+    (True, r"root True is not a rank"),  # was taken as rank 1
+    (2 ** 70, r"root 1180591620717411303424 is not a rank"),  # OverflowError, on it alone
+    ("ragged", r"the data is no array"),  # ValueError on it alone
+    ("algorithm", r"ranks disagree on algorithm"),  # unhashable: TypeError on it alone
+])
+def test_a_mistake_on_one_rank_the_check_cannot_encode_is_an_error_on_every_rank(bad, why):
+    def body(c):
+        x = np.ones(2)
+        mine = bad if c.rank == 1 else 0
+        with pytest.raises(ValueError) as raised:
+            if bad == "ragged":
+                comm.allreduce([[1.0, 2.0], [3.0]] if c.rank == 1 else x, c)
+            elif bad == "algorithm":
+                comm.allreduce(x, c, algorithm=["ring"] if c.rank == 1 else "ring")
+            else:
+                comm.broadcast(x, c, root=mine)
+        return str(raised.value)
+
+    errors = md.launch(body, 3)
+    assert len({re.search(r"ranks disagree on (\w+)", e)[1] for e in errors}) == 1
+    assert re.search(why, errors[1])

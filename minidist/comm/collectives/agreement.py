@@ -68,6 +68,8 @@ HEADER_BYTES = 2 * 8 * MAX_FIELDS  # each field as v and -v, int64
 SMALL_BYTES = 256  # the data slot: vectors up to this size ride with the header
 PACKET_BYTES = HEADER_BYTES + SMALL_BYTES
 TAG = Tag.AGREEMENT
+NO_OP = object()  # what a collective that reduces nothing (broadcast, gather, ...) checks
+# as its op; a reducing one passes the caller's op, so that ``op=None`` is refused as any other
 
 
 RIDING_ALGORITHMS = ("recursive_doubling", "tree", "double_tree")  # the latency algorithms
@@ -84,28 +86,29 @@ def dtype_code(dtype: np.dtype) -> int:
     return _DTYPE_CODES.get(np.dtype(dtype), 0)
 
 
-def op_code(op: str | None) -> int:
-    """1..4 for a supported reduction op, 0 for any other (or None)."""
-    return _OP_CODES.get(op, 0)
+def op_code(op: object) -> int:
+    """1..4 for a supported reduction op, 0 for any other (None, a list, ``NO_OP``)."""
+    return _OP_CODES.get(op, 0) if isinstance(op, str) else 0
 
 
-def _check_codes(what: str, dtype: np.dtype, op: str | None) -> None:
-    """Raise if the dtype or op (None: no op) is unsupported; the same on every rank."""
+def _check_codes(what: str, dtype: np.dtype, op: object) -> None:
+    """Raise if the dtype or op (``NO_OP``: none) is unsupported; the same on every rank."""
     if dtype_code(dtype) == 0:
         raise TypeError(f"{what}: dtype {np.dtype(dtype)} is not supported; "
                         f"use one of {', '.join(str(d) for d in DTYPES)}")
-    if op is not None and op_code(op) == 0:
+    if op is not NO_OP and op_code(op) == 0:
         raise ValueError(f"{what}: op {op!r} is not supported; use one of {OPS}")
 
 
-def check_same_everywhere(c: Communicator, what: str, dtype: np.dtype, op: str | None = None,
+def check_same_everywhere(c: Communicator, what: str, dtype: np.dtype, op: object = NO_OP,
                           check: bool = True, **fields: int | tuple) -> None:
     """Raise the same error on every rank unless all ranks agree on ``fields``.
 
     ``fields`` are what every rank must share: integers (``length=``,
     ``root=``...) or tuples (a shape: compared by a crc32 of it, named as
     itself in the error); the collective ``what``, ``dtype`` and ``op`` are
-    checked too. With ``check=False`` or one rank, only the local checks run
+    checked too (``op``: the caller's, whatever it is; ``NO_OP`` for a collective
+    that reduces nothing). With ``check=False`` or one rank, only the local checks run
     (no message).
     """
     if not check or c.size == 1:
@@ -114,6 +117,17 @@ def check_same_everywhere(c: Communicator, what: str, dtype: np.dtype, op: str |
     codes = tuple(zlib.crc32(repr(v).encode()) if isinstance(v, tuple) else v
                   for v in fields.values())
     _exchange(c, what, np.dtype(dtype), op, fields, codes, None, None)
+
+
+def as_array(arr: object) -> tuple[np.ndarray, str]:
+    """``arr`` as a C-contiguous array (copied only if it is not one), and "" ; for what
+    makes no array (a ragged list), an empty float64 stand-in and why: the caller agrees
+    on that (a field ``valid_in``) before raising, so one rank's mistake is an error on
+    every rank, not a hang on the others."""
+    try:
+        return np.require(arr, requirements="C"), ""
+    except (ValueError, TypeError) as err:
+        return np.empty(0), f"the data is no array ({err})"
 
 
 def checked_small_allreduce(src: np.ndarray, out: np.ndarray, c: Communicator, op: str,
@@ -194,19 +208,25 @@ class Header(NamedTuple):
     supported: bool
 
 
+def header(what: str, dtype: np.dtype, op: object, values: tuple[int, ...]) -> Header:
+    """Each field as ``v`` and ``-v`` (an op of no kind the check knows, a list say, as
+    any unsupported one: it is named in the error, not hashed)."""
+    return _header(what, dtype, op if op is NO_OP or op_code(op) else None, values)
+
+
 @lru_cache(maxsize=4096)
-def header(what: str, dtype: np.dtype, op: str | None, values: tuple[int, ...]) -> Header:
-    """Each field as ``v`` and ``-v`` (cached: a training loop repeats the same calls)."""
+def _header(what: str, dtype: np.dtype, op: str | None, values: tuple[int, ...]) -> Header:
+    """:func:`header`, cached: a training loop repeats the same calls."""
     codes = (zlib.crc32(what.encode()), dtype_code(dtype), op_code(op), *values)
     if len(codes) > MAX_FIELDS:
         raise ValueError(f"at most {MAX_FIELDS - 3} fields can be checked, got {len(values)}")
     codes += (0,) * (MAX_FIELDS - len(codes))
     mine = np.array(codes + tuple(-v for v in codes), np.int64)
     mine.flags.writeable = False
-    return Header(mine, mine.tobytes(), bool(codes[1] and (codes[2] or op is None)))
+    return Header(mine, mine.tobytes(), bool(codes[1] and (codes[2] or op is NO_OP)))
 
 
-def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, fields: dict,
+def _exchange(c: Communicator, what: str, dtype: np.dtype, op: object, fields: dict,
               values: tuple, src: np.ndarray | None, out: np.ndarray | None) -> None:
     """Allreduce the header packets (with ``src`` in the data slot, if given); raise on
     every rank if the headers differ; else write the reduced data into ``out``."""
@@ -243,7 +263,7 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: str | None, field
         out[...] = data[0]
 
 
-def _raise_disagreement(c: Communicator, what: str, dtype: np.dtype, op: str | None,
+def _raise_disagreement(c: Communicator, what: str, dtype: np.dtype, op: object,
                         fields: dict, reduced: np.ndarray) -> None:
     """Name the first field on which the ranks disagree (the same one on every rank)."""
     for i, name in enumerate(("collective", "dtype", "op", *fields)):

@@ -57,6 +57,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.comm.collectives.agreement import (
+    as_array,
     check_same_everywhere,
     checked_small_allreduce,
     rides_with_check,
@@ -116,14 +117,19 @@ def allreduce(arr: np.ndarray, c: Communicator, op: str = "sum", algorithm: str 
     """
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allreduce, arr, c, op, algorithm, out=out, check=check)
-    if not isinstance(arr, np.ndarray):
-        if hasattr(arr, "requires_grad"):  # a Tensor: its array is what travels
-            raise TypeError("allreduce takes an array, got a Tensor: pass its .data")
-        arr = np.asarray(arr)
-    # an unknown algorithm (code 0) or an unfit out= is agreed on first, so that a
-    # mistake on one rank is an error on every rank, not a hang on the others
-    fields = dict(length=arr.size, algorithm=_ALGORITHM_CODES.get(algorithm, 0),
-                  valid_out=int(not (problem := _out_problem(arr, out))))
+    if isinstance(arr, np.ndarray):
+        problem = ""
+    elif hasattr(arr, "requires_grad"):  # a Tensor: its array is what travels
+        arr, problem = np.empty(0), "the data is a Tensor: pass its .data (an array)"
+    else:
+        arr, problem = as_array(arr)
+    # an unknown algorithm (code 0), data that makes no array or an unfit out= is agreed
+    # on first, so that a mistake on one rank is an error on every rank, not a hang
+    code = _ALGORITHM_CODES.get(algorithm, 0) if isinstance(algorithm, str) else 0
+    valid_in = not problem
+    problem = problem or _out_problem(arr, out)
+    fields = dict(length=arr.size, algorithm=code, valid_in=int(valid_in),
+                  valid_out=int(valid_in and not problem))
     private = c.private()
     if check and not problem and rides_with_check(algorithm, c.size, arr.nbytes):
         # the small-message path: the data rides in the check's packets (see agreement.py)

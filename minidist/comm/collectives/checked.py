@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from minidist import backend
-from minidist.comm.collectives.agreement import check_same_everywhere
+from minidist.comm.collectives.agreement import NO_OP, as_array, check_same_everywhere
 from minidist.comm.collectives.basic import (
     allgather_ring,
     alltoall_pairwise,
@@ -49,27 +49,42 @@ BROADCASTS = {"linear": broadcast_linear, "binomial": broadcast_binomial}
 NO_ROOT = object()  # a collective without a root (allgather, ...); None is a wrong root
 
 
-def agreed(c: Communicator, what: str, arr: np.ndarray, op: str | None = None,
+def agreed(c: Communicator, what: str, arr: np.ndarray, op: object = NO_OP,
            check: bool = True, root: object = NO_ROOT, rows: bool = False,
            **fields: int | tuple) -> np.ndarray:
     """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
     agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
     ``fields``. Any mismatch or bad value raises the same error on every rank."""
-    arr = np.require(arr, requirements="C")
-    first = {}  # checked before ``fields`` (a shape): the error names the field at fault
-    if root is not NO_ROOT:  # a root that is no integer travels as -1: no rank's number
-        first["root"] = root if isinstance(root, int | np.integer) else -1
+    arr, problem = as_array(arr)
+    first = {"valid_in": int(not problem)}  # checked before ``fields`` (a shape): the
+    # error names the field at fault
+    if root is not NO_ROOT:  # a root that is no rank (True, 2**70, 1.0) travels as -1
+        first["root"] = int(root) if is_rank(root, c.size) else -1
+        if first["root"] < 0:
+            problem = problem or f"root {root!r} is not a rank of a communicator of size " \
+                                 f"{c.size}"
     if rows:
         first["leading"] = arr.shape[0] if arr.ndim else -1
     fields = {**first, **fields}
-    check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size, **fields)
-    if root is not NO_ROOT and not 0 <= fields["root"] < c.size:
-        raise ValueError(f"{what}: root {root!r} is not a rank of a communicator of size "
-                         f"{c.size}")
+    try:
+        check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size,
+                              **fields)
+    except ValueError as err:  # the ranks disagree: the one at fault also says why
+        if problem:
+            raise ValueError(f"{err}; here: {problem}") from None
+        raise
+    if problem:
+        raise ValueError(f"{what}: {problem}")
     if rows and fields["leading"] != c.size:
         raise ValueError(f"{what}: the array needs a first axis of length P = {c.size}, "
                          f"got shape {arr.shape}")
     return arr
+
+
+def is_rank(root: object, size: int) -> bool:
+    """Whether ``root`` names a rank of ``size``: an integer in 0..size-1, not a bool."""
+    return isinstance(root, int | np.integer) and not isinstance(root, bool | np.bool_) \
+        and 0 <= root < size
 
 
 def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
@@ -87,8 +102,9 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
     """
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(broadcast, arr, c, root, algorithm, check=check)
-    schedule = list(BROADCASTS).index(algorithm) + 1 if algorithm in BROADCASTS else 0
-    arr = agreed(c, "broadcast", arr, None, check, root, schedule=schedule, shape=np.shape(arr))
+    schedule = list(BROADCASTS).index(algorithm) + 1 \
+        if isinstance(algorithm, str) and algorithm in BROADCASTS else 0
+    arr = agreed(c, "broadcast", arr, NO_OP, check, root, schedule=schedule, shape=np.shape(arr))
     if not schedule:
         raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use one of "
                          f"{list(BROADCASTS)}")
@@ -110,7 +126,7 @@ def gather(arr: np.ndarray, c: Communicator, root: int = 0,
     (:func:`gather_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(gather, arr, c, root, check=check)
-    arr = agreed(c, "gather", arr, None, check, root, shape=np.shape(arr))
+    arr = agreed(c, "gather", arr, NO_OP, check, root, shape=np.shape(arr))
     out = gather_linear(with_array_rows(arr, 0), c.private(), root)
     return None if out is None else out.reshape(c.size, *arr.shape)
 
@@ -120,7 +136,7 @@ def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = Tr
     same shape) (:func:`scatter_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(scatter, arr, c, root, check=check)
-    arr = agreed(c, "scatter", arr, None, check, root, rows=True, shape=np.shape(arr))
+    arr = agreed(c, "scatter", arr, NO_OP, check, root, rows=True, shape=np.shape(arr))
     return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
@@ -128,7 +144,7 @@ def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.nda
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allgather, arr, c, check=check)
-    arr = agreed(c, "allgather", arr, None, check, shape=np.shape(arr))
+    arr = agreed(c, "allgather", arr, NO_OP, check, shape=np.shape(arr))
     return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
@@ -147,7 +163,7 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     i's row (:func:`alltoall_pairwise`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(alltoall, arr, c, check=check)
-    arr = agreed(c, "alltoall", arr, None, check, rows=True, shape=np.shape(arr))
+    arr = agreed(c, "alltoall", arr, NO_OP, check, rows=True, shape=np.shape(arr))
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 
@@ -174,7 +190,7 @@ def alltoallv(arr: np.ndarray, counts, c: Communicator,
     problem = _counts_problem(arr, counts, c.size)
     row = arr.shape[1:]
     try:
-        check_same_everywhere(c.private(), "alltoallv", arr.dtype, None, check, ndim=arr.ndim,
+        check_same_everywhere(c.private(), "alltoallv", arr.dtype, NO_OP, check, ndim=arr.ndim,
                               row_items=int(np.prod(row)), row_shape=row,
                               valid_counts=int(not problem))
     except ValueError as err:
@@ -204,5 +220,5 @@ def barrier(c: Communicator, *, check: bool = True) -> None:
     the agreement check (a rank in another collective is an error on every rank)."""
     private = c.private()
     # a barrier moves no data: float64 stands in for the dtype every collective names
-    check_same_everywhere(private, "barrier", np.dtype(np.float64), None, check)
+    check_same_everywhere(private, "barrier", np.dtype(np.float64), NO_OP, check)
     barrier_dissemination(private)
