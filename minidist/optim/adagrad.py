@@ -85,9 +85,30 @@ def adagrad_rows(table: Any, gradsq: Any, rows: Any, grad: Any, lr: Any = 0.05,
     gradsq[rows] = sums
 
 
+def _broadcasts(name: str, value: Any, params: list[Tensor]) -> None:
+    """Refuse a per-column ``value`` (``lr``, ``clip``) that is ragged, or that does not
+    broadcast to the shape of each parameter (updated in place, it cannot grow): shapes
+    only, no array is copied from a device."""
+    try:
+        shape = np.shape(value)
+    except ValueError:  # a ragged list
+        raise ValueError(f"{name} must be a number or an array, got {value!r}") from None
+    for p in params:
+        target = p.data.shape or (1,)  # a scalar is updated as one value of a vector
+        try:
+            fits = np.broadcast_shapes(shape, target) == target
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{name} of shape {shape} does not broadcast to a parameter of "
+                             f"shape {p.data.shape}, got {value!r}")
+
+
 class AdaGrad(Optimizer):
     """AdaGrad(params, lr=0.05, eps=1e-8, initial_accumulator=0, convention="textbook",
     clip=None); ``lr`` and ``clip`` may be arrays broadcast against each parameter."""
+
+    lr_per_column = True
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: Any = 0.05,
                  eps: float = 1e-8, initial_accumulator: float = 0.0,
@@ -96,6 +117,9 @@ class AdaGrad(Optimizer):
                                       convention=convention, clip=clip))
 
     def check_hyper(self, group: dict[str, Any], where: str, stepping: bool = False) -> None:
+        for name in ("lr", "clip"):
+            if group[name] is not None:
+                _broadcasts(f"AdaGrad: {where}{name}", group[name], group["params"])
         super().check_hyper(group, where, stepping)  # lr, when a number
         finite(f"{where}eps", group["eps"])
         finite(f"{where}initial_accumulator", group["initial_accumulator"])

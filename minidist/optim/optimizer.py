@@ -38,6 +38,8 @@ from minidist.util.values import finite
 class Optimizer:
     """Base class: parameter groups, per-parameter state, ``zero_grad``, ``step``."""
 
+    lr_per_column = False  # whether ``lr`` may be an array (AdaGrad's: one rate per column)
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
         self.defaults = dict(defaults)
         if isinstance(params, Tensor):  # list(p) would give its rows, which get no gradients
@@ -58,7 +60,6 @@ class Optimizer:
         params = group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)
         group = {**self.defaults, **group, "params": params}
-        self.check_hyper(group, f"param_groups[{len(self.param_groups)}]: ")
         known = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if not isinstance(p, Tensor) or not p.requires_grad:
@@ -66,6 +67,7 @@ class Optimizer:
             if id(p) in known:
                 raise ValueError("a parameter appears in more than one group")
             known.add(id(p))
+        self.check_hyper(group, f"param_groups[{len(self.param_groups)}]: ")  # of its params
         self.param_groups.append(group)
 
     def parameters(self) -> list[Tensor]:
@@ -82,7 +84,7 @@ class Optimizer:
         or one below 0. Subclasses add their own hyper-parameters. ``stepping``: checked
         again at a step, where an array on a device is not copied to the host to be
         checked (it was when its group was added)."""
-        if "lr" in group and np.ndim(group["lr"]) == 0:  # (AdaGrad's may be one per column)
+        if "lr" in group and not (self.lr_per_column and np.ndim(group["lr"])):
             finite(f"{where}lr", group["lr"])
 
     def step(self) -> None:
