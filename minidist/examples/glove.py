@@ -50,10 +50,8 @@ the analogies with 10, ~91% with 100).
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,15 +59,12 @@ from tqdm import tqdm
 
 from minidist import backend, glove
 from minidist.comm import Communicator, LocalCommunicator, launch, world
-from minidist.data.cooccur import Cooccurrence, count_cooccurrences
-from minidist.data.corpus import CorpusError, download_text8
-from minidist.data.synthetic_language import generate_corpus
-from minidist.data.vocab import build_vocab
+from minidist.data.cooccur import Cooccurrence
 from minidist.examples import options
+from minidist.examples.glove_corpus import count_corpus
 from minidist.examples.options import add_device_option, choose_device, integer, number, output_file
 from minidist.glove.evaluate import read_analogies, read_similarities
 from minidist.util.arguments import path_or
-from minidist.util.download import DownloadError
 
 STRATEGIES = ("records", "single", "sharded", "ddp", "hogwild")
 MPI_STRATEGIES = ("sharded", "ddp")  # ranks that message each other: mpiexec's or mpirun's
@@ -78,17 +73,6 @@ TIMEOUT = 3600.0  # seconds for a whole run of hogwild's processes or of an MPI 
 DEVICE_STRATEGIES = {"cuda": ("records", "single"), "strict": ("single",)}
 SYNTHETIC_QUERIES = ("paris", "king", "cats", "walked", "bigger")
 TEXT8_QUERIES = ("france", "king", "computer", "three", "walking")
-
-
-def prepare_corpus(corpus: str | None, seed: int, folder: str | os.PathLike
-                   ) -> tuple[Any, Path | None, Path | None]:
-    """The token source, and the analogy and similarity files that come with it (if any)."""
-    if corpus is None or corpus == "synthetic":
-        files = generate_corpus(seed=seed).save(folder)
-        return files.corpus, files.analogies, files.similarity
-    if corpus == "text8" and not os.path.exists(corpus):
-        return download_text8(), None, None
-    return corpus, None, None
 
 
 def train_vectors(counts: Cooccurrence, strategy: str = "single", ranks: int = 2,
@@ -235,28 +219,6 @@ def parse_args(argv: list[str] | None = None
     choose_strategy(parser, args)
     read_evaluation_files(parser, args)
     return parser, args
-
-
-def count_corpus(parser: argparse.ArgumentParser, args: argparse.Namespace, folder: str,
-                 say: bool) -> tuple[Cooccurrence, Any, Any]:
-    """The co-occurrences of ``--corpus`` (``say``: print their size), and its own
-    evaluation files."""
-    try:
-        source, analogies, similarity = prepare_corpus(args.corpus, args.seed, folder)
-        start = time.perf_counter()
-        vocab = build_vocab(source, min_count=args.min_count)
-    except (DownloadError, CorpusError) as err:  # offline, not UTF-8: in their words
-        parser.error(str(err))
-    if not len(vocab):
-        parser.error(f"--min-count {args.min_count}: no word of the corpus occurs that "
-                     "often; lower it, or check the corpus is not empty")
-    counts = count_cooccurrences(source, vocab, window=args.window)
-    if not counts.nnz:
-        parser.error("no two words of the vocabulary share a window: nothing to train")
-    if say:
-        print(f"{len(vocab):,} words, {counts.nnz:,} non-zero co-occurrences "
-              f"({time.perf_counter() - start:.1f} s)")
-    return counts, analogies, similarity
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
