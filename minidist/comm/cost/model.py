@@ -36,15 +36,10 @@ nothing at P = 1 or N = 0 and may add the agreement check.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minidist.comm.collectives.agreement import PACKET_BYTES, rides_with_check
-from minidist.comm.cost.heap_tree import (
-    _children,
-    _widest_tree_level,
-    doubling_clocks,
-    tree_clocks,
-)
+from minidist.comm.cost.heap_tree import _children, _widest_tree_level, doubling_clocks, tree_clocks
 from minidist.comm.cost.network import NetworkModel
 from minidist.util import chunk_bounds
 from minidist.util.answers import lab_answer
@@ -198,9 +193,7 @@ def double_tree_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> C
 def mpi_cost(p: int, nbytes: int, itemsize: int, net: NetworkModel) -> Cost:
     """What ``"mpi"`` runs on the in-process transport: recursive doubling
     (see ``collectives/allreduce.py``)."""
-    cost = recursive_doubling_cost(p, nbytes, itemsize, net)
-    cost.algorithm = "mpi"
-    return cost
+    return replace(recursive_doubling_cost(p, nbytes, itemsize, net), algorithm="mpi")
 
 
 MODELS = {"naive": naive_cost, "ps": ps_cost, "ring": ring_cost, "tree": tree_cost,
@@ -232,9 +225,8 @@ def check_cost(p: int, nbytes: int, net: NetworkModel, algorithm: str = "ring") 
     if p == 1:
         return _empty("check", p, PACKET_BYTES)
     small = rides_with_check(algorithm, p, nbytes)
-    cost = recursive_doubling_cost(p, PACKET_BYTES, 1, net, nbytes if small else 0)
-    cost.algorithm = f"check + {algorithm}" if small else "check"
-    return cost
+    return replace(recursive_doubling_cost(p, PACKET_BYTES, 1, net, nbytes if small else 0),
+                   algorithm=f"check + {algorithm}" if small else "check")
 
 
 def _network(algorithm: str, world_size: int, nbytes: int, itemsize: int,
