@@ -12,6 +12,7 @@ from minidist import comm
 from minidist.examples import mlp_ddp
 from minidist.parallel import checkpoint as ckpt
 from minidist.parallel.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from minidist.parallel.tensor_parallel import ParallelMLP
 
 ONE = comm.world()  # outside mpiexec: a job of one rank
 
@@ -109,17 +110,40 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint_newest(tmp_path, m
 
 def test_rank_0_writes_and_every_rank_reads(tmp_path):
     def run(c, folder):
-        model, opt = trained(seed=c.rank, steps=2)  # rank 0's replica is the one saved
+        model, opt = trained(seed=0, steps=2)  # replicas, as data parallelism keeps them
         written = save_checkpoint(folder, 2, model, opt, c)
         c.barrier()
+        model, opt = trained(seed=c.rank + 1, steps=1)  # each rank elsewhere, then resumed
         load_checkpoint(folder, model, opt, c)
         return written, [p.numpy() for p in model.parameters()]
 
     results = comm.launch(run, 3, args=(str(tmp_path),), backend="local")
     assert results[0][0] is not None and [r[0] for r in results[1:]] == [None, None]
-    for _, params in results[1:]:
-        for theirs, mine in zip(params, results[0][1], strict=True):
+    saved = [p.numpy() for p in trained(seed=0, steps=2)[0].parameters()]
+    for _, params in results:
+        for theirs, mine in zip(params, saved, strict=True):
             np.testing.assert_array_equal(theirs, mine)
+
+
+def test_ranks_whose_models_differ_are_refused_on_every_rank_and_nothing_is_written(tmp_path):
+    """A tensor-parallel model's slices (or replicas that drifted apart) were saved as rank
+    0's alone, and a resume put rank 0's slice on every rank, silently."""
+    def run(c, folder, parallel):
+        if parallel:
+            w = np.random.default_rng(0).standard_normal
+            model = ParallelMLP(w((8, 4)), w(8), w((4, 8)), w(4), c)  # a slice per rank
+            opt = md.optim.SGD(model.parameters(), lr=0.1)
+        else:
+            model, opt = trained(seed=int(c.rank == 2), steps=1)  # rank 2's has drifted
+        with pytest.raises(ValueError, match=r"keeps one copy of the model, rank 0's, .*"
+                                             r"but rank\(s\) \[(1|2)\] hold other parameters"):
+            save_checkpoint(folder, 1, model, opt, c)
+        return True
+
+    for parallel, ranks in ((True, 2), (False, 3)):
+        assert comm.launch(run, ranks, args=(str(tmp_path), parallel), backend="local") \
+            == [True] * ranks
+    assert not list(tmp_path.iterdir())
 
 
 def test_bad_input_is_named(tmp_path):

@@ -29,7 +29,11 @@ A checkpoint holds what the rest of the run depends on:
    counts batches), each refused alike when a resume changes it.
 
 **Rank 0 writes, every rank reads.** Data parallelism keeps the replicas
-identical, so rank 0's copy is the checkpoint. ZeRO's ``ShardedOptimizer``
+identical, so rank 0's copy is the checkpoint; every save checks it (one
+allgather of a crc32 of each rank's parameters) and refuses, on every rank,
+a model whose ranks hold different parameters: a tensor-parallel, expert or
+pipeline model keeps a different part on each rank, which one file of rank
+0's would put on every rank. ZeRO's ``ShardedOptimizer``
 holds a different shard of the state on each rank: every rank first gathers
 its shard to rank 0 (``consolidate_state_dict``), which saves the state of
 one optimiser over all the parameters, and on resume every rank loads its
@@ -63,7 +67,8 @@ from typing import Any
 
 import numpy as np
 
-from minidist.comm import Communicator, broadcast
+from minidist import backend
+from minidist.comm import Communicator, allgather, broadcast
 from minidist.nn.module import Module
 from minidist.util.values import whole
 
@@ -112,6 +117,8 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
         raise ValueError(f"keep must be >= 1, got {keep}")
     whole("step", step)  # step--0000005.npz would never be found again
     _check_has_state(optimizer, scheduler)
+    model_state = model.state_dict()
+    _check_replicas_equal(model_state, comm)
     if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO: every rank's shard, to rank 0
         optimizer.consolidate_state_dict(to=0)
     if comm.rank != 0:
@@ -119,7 +126,7 @@ def save_checkpoint(folder: str | os.PathLike, step: int, model: Module, optimiz
     arrays: dict[str, np.ndarray] = {}
     meta = {"step": int(step), "ranks": comm.size, "extra": extra or {},
             "settings": settings or {},
-            "model": _split(model.state_dict(), "model", arrays),
+            "model": _split(model_state, "model", arrays),
             "optim": _split(optimizer.state_dict(), "optim", arrays),
             "rng": rng.bit_generator.state if rng is not None else None,
             "scheduler": scheduler.state_dict() if scheduler is not None else None}
@@ -206,6 +213,26 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     except (KeyError, ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as err:
         raise ValueError(f"{path} is no readable checkpoint ({type(err).__name__}: {err}); "
                          "remove it to resume from the one before") from err
+
+
+def _check_replicas_equal(model_state: dict[str, Any], comm: Communicator) -> None:
+    """Refuse, on every rank, to save rank 0's model for all when the ranks' models differ
+    (names, shapes, dtypes or bits of their parameters: module docstring)."""
+    crc = 0
+    for name, value in model_state.items():
+        value = backend.to_numpy(value)  # a copy to the host, to be hashed
+        crc = zlib.crc32(f"{name} {value.shape} {value.dtype}".encode(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(value).tobytes(), crc)
+    # communication: every rank's crc32 to every rank (one allgather of one integer each)
+    crcs = allgather(np.array([crc], np.int64), comm)[:, 0]
+    others = [rank for rank, theirs in enumerate(crcs) if theirs != crcs[0]]
+    if others:
+        raise ValueError(
+            f"save_checkpoint keeps one copy of the model, rank 0's, for every rank (data "
+            f"parallelism keeps the replicas equal), but rank(s) {others} hold other "
+            "parameters: a tensor-parallel, expert or pipeline model keeps a different part "
+            "on each rank (save each rank's state_dict itself), or data-parallel replicas "
+            "have drifted apart")
 
 
 def _check_has_state(optimizer: Any, scheduler: Any = None) -> None:
