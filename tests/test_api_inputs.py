@@ -219,3 +219,22 @@ def test_a_mistake_on_one_rank_the_check_cannot_encode_is_an_error_on_every_rank
     errors = md.launch(body, 3)
     assert len({re.search(r"ranks disagree on (\w+)", e)[1] for e in errors}) == 1
     assert re.search(why, errors[1])
+
+
+@pytest.mark.parametrize("setting, said", [
+    (dict(algorithm="rign"), r"unknown allreduce algorithm 'rign'"),
+    (dict(algorithm=["ring"]), r"unknown allreduce algorithm \['ring'\]"),
+    (dict(bucket_mb=-1), r"bucket_mb \(MB\) must be a finite number >= 0, got -1"),
+    (dict(first_bucket_mb=float("nan")), r"first_bucket_mb \(MB\) must be a finite number"),
+])
+def test_data_parallel_settings_wrong_on_one_rank_are_an_error_on_every_rank(setting, said):
+    """Only the rank at fault raised; the others waited for it in the model check."""
+    def body(c):
+        settings = setting if c.rank == 1 else {}
+        with pytest.raises(ValueError) as raised:
+            md.parallel.DataParallel(Linear(3, 2, rng=0), c, **settings)
+        return str(raised.value)
+
+    errors = md.launch(body, 3)
+    assert all("every rank must hold the same model and settings" in e for e in errors)
+    assert re.search(said, errors[1]) and not re.search(said, errors[0] + errors[2])

@@ -68,6 +68,7 @@ from minidist.parallel.overlap import Reducer
 from minidist.parallel.replicas import broadcast_parameters, check_same_model
 from minidist.parallel.timing import TraceRecorder
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 
 class DataParallel(Module):
@@ -95,19 +96,20 @@ class DataParallel(Module):
                  first_bucket_mb: float = 1, algorithm: str = "ring", overlap: bool = True,
                  recorder: TraceRecorder | None = None) -> None:
         super().__init__()
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown allreduce algorithm {algorithm!r}; "
-                             f"use one of {list(ALGORITHMS)}")
-        if not bucket_mb >= 0 or not first_bucket_mb >= 0:
-            raise ValueError(f"bucket sizes must be >= 0 MB, got bucket_mb={bucket_mb} and "
-                             f"first_bucket_mb={first_bucket_mb}")
+        problem = _settings_problem(algorithm, bucket_mb, first_bucket_mb)
         self.module, self.comm = module, comm
         # 1. buckets of the trainable parameters, last first (frozen ones never travel),
-        # the same on every rank, as the model is (or the same error on every rank)
+        # the same on every rank, as the model is (or the same error on every rank: bad
+        # settings on one rank too, which that rank names)
         trainable = [p for p in module.parameters() if p.requires_grad]
-        plan = plan_buckets(trainable, bucket_mb * MB, first_bucket_mb * MB)
-        check_same_model(module, comm, "DataParallel", algorithm=algorithm,
-                         **{"bucket plan (bucket_mb, first_bucket_mb)": plan})
+        plan = None if problem else plan_buckets(trainable, bucket_mb * MB, first_bucket_mb * MB)
+        try:
+            check_same_model(module, comm, "DataParallel", algorithm=algorithm,
+                             **{"bucket plan (bucket_mb, first_bucket_mb)": plan})
+        except ValueError as err:
+            raise ValueError(f"{err}; here: {problem}" if problem else str(err)) from None
+        if problem:
+            raise ValueError(problem)
         # 2. the same start everywhere: rank 0's parameters, frozen ones too
         broadcast_parameters(module, comm)
         # 3. each backward packs, allreduces and unpacks them while it runs (overlap.py)
@@ -139,3 +141,15 @@ class DataParallel(Module):
             yield
         finally:
             self.reducer.sync = previous
+
+
+def _settings_problem(algorithm: object, bucket_mb: object, first_bucket_mb: object) -> str:
+    """What is wrong with DataParallel's settings ("" if nothing)."""
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        return f"unknown allreduce algorithm {algorithm!r}; use one of {list(ALGORITHMS)}"
+    for name, size in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb)):
+        try:
+            finite(f"{name} (MB)", size)
+        except ValueError as err:
+            return str(err)
+    return ""
