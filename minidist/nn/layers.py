@@ -31,6 +31,7 @@ from minidist.autograd import Tensor
 from minidist.nn import functional as F
 from minidist.nn import init
 from minidist.nn.module import Module, Parameter
+from minidist.util.values import whole
 
 
 class Linear(Module):
@@ -39,6 +40,9 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  dtype=np.float32, rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
+        # 0 is a layer of zero width (it has gradients); True, 2.0 or -1 failed inside numpy
+        in_features = whole("Linear: in_features", in_features)
+        out_features = whole("Linear: out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
         rng = init.resolve_rng(rng)
         self.weight = Parameter(init.uniform_fan_in((out_features, in_features), in_features,
@@ -90,7 +94,7 @@ class LayerNorm(Module):
 
     def __init__(self, dim: int, eps: float = 1e-5, dtype=np.float32) -> None:
         super().__init__()
-        self.dim, self.eps = dim, eps
+        self.dim, self.eps = whole("LayerNorm: dim", dim, least=1), eps
         self.weight = Parameter(np.ones(dim, dtype=dtype))
         self.bias = Parameter(np.zeros(dim, dtype=dtype))
 
@@ -113,6 +117,8 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype=np.float32,
                  rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
+        num_embeddings = whole("Embedding: num_embeddings", num_embeddings, least=1)
+        embedding_dim = whole("Embedding: embedding_dim", embedding_dim, least=1)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(init.normal((num_embeddings, embedding_dim),
                                             init.resolve_rng(rng), dtype=dtype))
@@ -182,6 +188,8 @@ class MLP(Sequential):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {activation!r}")
+        for i, size in enumerate(sizes):  # a layer 0 wide would pass nothing on
+            whole(f"MLP: sizes[{i}]", size, least=1)
         rng = init.resolve_rng(rng)
         layers: list[Module] = []
         for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
