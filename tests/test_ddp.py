@@ -303,5 +303,5 @@ def test_the_example_trains_as_one_process_does():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="'fastest'"):
         md.parallel.DataParallel(TiedNet(seed=0), md.comm.world(), algorithm="fastest")
-    with pytest.raises(ValueError, match="bucket_mb=-1"):
+    with pytest.raises(ValueError, match="bucket_mb must be a number of MB >= 0 .*, got -1"):
         DataParallel(TiedNet(seed=0), md.comm.world(), bucket_mb=-1)

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from numbers import Real
 from typing import Any
 
 from minidist.autograd import is_grad_enabled
@@ -68,7 +69,6 @@ from minidist.parallel.overlap import Reducer
 from minidist.parallel.replicas import broadcast_parameters, check_same_model
 from minidist.parallel.timing import TraceRecorder
 from minidist.util.answers import lab_answer
-from minidist.util.values import finite
 
 
 class DataParallel(Module):
@@ -148,8 +148,6 @@ def _settings_problem(algorithm: object, bucket_mb: object, first_bucket_mb: obj
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         return f"unknown allreduce algorithm {algorithm!r}; use one of {list(ALGORITHMS)}"
     for name, size in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb)):
-        try:
-            finite(f"{name} (MB)", size)
-        except ValueError as err:
-            return str(err)
+        if isinstance(size, bool) or not isinstance(size, Real) or not size >= 0:  # NaN too
+            return f"{name} must be a number of MB >= 0 (inf: one bucket), got {size!r}"
     return ""
