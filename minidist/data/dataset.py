@@ -21,11 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from minidist.backend import to_numpy, xp_of
+from minidist.nn.functional import class_ids
+from minidist.util.values import whole
 
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """Inputs ``x`` (N rows) with integer labels ``y`` (N,) in ``0 .. num_classes-1``."""
+    """Inputs ``x`` (N rows) with integer labels ``y`` (N,) in ``0 .. num_classes-1``;
+    ``x`` and ``y`` may be given as lists (they become numpy arrays)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -33,10 +36,20 @@ class Dataset:
     name: str = ""
 
     def __post_init__(self) -> None:
-        if len(self.x) != len(self.y):
-            raise ValueError(f"x has {len(self.x)} rows but y has {len(self.y)} labels")
+        for field in ("x", "y"):  # frozen: set as dataclasses do
+            value = getattr(self, field)
+            object.__setattr__(self, field, value if hasattr(value, "shape") else np.asarray(value))
+        object.__setattr__(self, "num_classes", whole("Dataset: num_classes", self.num_classes,
+                                                      least=1))
         if self.y.ndim != 1:
             raise ValueError(f"y must be one label per sample, got shape {self.y.shape}")
+        if len(self.x) != len(self.y):
+            raise ValueError(f"x has {len(self.x)} rows but y has {len(self.y)} labels")
+        try:  # (a device's labels are read through to_numpy: one explicit copy)
+            class_ids(to_numpy(self.y), self.num_classes)
+        except (TypeError, ValueError) as error:  # 0.5 or 5 of 2 classes trained on quietly
+            raise type(error)(f"Dataset: y, the labels of {self.num_classes} classes: "
+                              f"{error}") from None
 
     def __len__(self) -> int:
         return len(self.y)
