@@ -73,3 +73,16 @@ def test_grid_groups_and_diagram():
     with pytest.raises(Exception, match="dp=2 x pp=2 x tp=2 needs 8 ranks, the communicator "
                                         "has 4"):
         md.launch(lambda c: ProcessGrid(c, 2, 2, 2), 4, backend="local", timeout=30)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shape, message", [
+    ((-1, -2, 2), r"dp must be an integer >= 1, got -1"),
+    ((0.5, 4, 2), r"dp must be an integer >= 1, got 0.5"),
+    ((2.0, 1, 2), r"dp must be an integer >= 1, got 2.0"),
+    ((2, "1", 2), r"pp must be an integer >= 1, got '1'"),
+    ((2, 2, None), r"tp must be an integer >= 1, got None"),
+])
+def test_grid_sizes_are_whole_numbers_named(shape, message):
+    with pytest.raises(Exception, match=message):
+        md.launch(lambda c: ProcessGrid(c, *shape), 4, backend="local", timeout=30)

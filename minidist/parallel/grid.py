@@ -24,13 +24,16 @@ of the stage's gradients per step).
 from __future__ import annotations
 
 from minidist import backend, comm
+from minidist.util.values import whole
 
 
 class ProcessGrid:
     """Rank ``c.rank``'s place on the (dp, pp, tp) grid and its three groups."""
 
     def __init__(self, c, dp: int = 1, pp: int = 1, tp: int = 1) -> None:
-        if min(dp, pp, tp) < 1 or dp * pp * tp != c.size:
+        dp, pp, tp = (whole(name, size, least=1)
+                      for name, size in (("dp", dp), ("pp", pp), ("tp", tp)))
+        if dp * pp * tp != c.size:
             raise ValueError(f"a grid of dp={dp} x pp={pp} x tp={tp} needs "
                              f"{dp * pp * tp} ranks, the communicator has {c.size}")
         self.c, self.shape = c, (dp, pp, tp)
