@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ps_construction import construction_traffic
 
 import minidist as md
 from minidist.comm import LocalCluster, RankError
@@ -105,13 +106,15 @@ def test_traffic_per_client_per_round_is_the_docstring_cost():
     assert round_bytes(layout, S, selected=False) == ((2 * h + 8) * S + 8 * rows, 8 * S)
     (sent_in, recv_in), (sent_out, recv_out) = (round_bytes(layout, S, selected)
                                                 for selected in (True, False))
+    built = construction_traffic(servers + clients)  # the agreement on the job
     for client in range(1, clients):  # client 0 also pulls to score: not FedAvg's cost
         picked = sum(client in chosen for chosen in runs[0].selected)
         assert 0 < picked < rounds  # both kinds of round are counted
-        stats = cluster.stats[servers + client]
+        stats, before = cluster.stats[servers + client], built[servers + client]
         unpicked = rounds - picked
-        assert stats.bytes_sent == picked * sent_in + unpicked * sent_out + h * S  # + STOP
-        assert stats.bytes_recv == picked * recv_in + unpicked * recv_out
+        assert stats.bytes_sent - before.bytes_sent \
+            == picked * sent_in + unpicked * sent_out + h * S  # + STOP
+        assert stats.bytes_recv - before.bytes_recv == picked * recv_in + unpicked * recv_out
 
 
 def federate(c, servers):

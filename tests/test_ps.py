@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ps_construction import construction_traffic
 
 from minidist.comm import LocalCluster, RankError, RankFailure, Straggler, world
 from minidist.nn import Parameter
@@ -207,6 +208,7 @@ def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, riding):
     monkeypatch.setattr(messages, "INLINE_BYTES", inline_bytes)
     keys = LAYOUT.num_keys
     values = LAYOUT.num_values
+    built = construction_traffic(3)[2]  # the agreement on the job, before any key moves
     cluster = LocalCluster(3)
     cluster.run(lambda c: train(c, 2))
     worker = cluster.stats[2]
@@ -217,15 +219,17 @@ def test_traffic_matches_the_cost_in_the_docstrings(monkeypatch, riding):
     per_step_recv = sum((8 + 8 * v[s]) + 8 for s in range(2))
     assert sum(k) == keys and sum(v) == values
     # pull 1 (2), push 1 (2), tick 1, per server; stop
-    assert worker.messages_sent == STEPS * 2 * (3 + apart + pull_apart) + 2
-    assert worker.bytes_sent == STEPS * per_step_sent + 2 * 48
-    assert worker.messages_recv == STEPS * 2 * 2
-    assert worker.bytes_recv == STEPS * per_step_recv
+    assert worker.messages_sent - built.messages_sent == STEPS * 2 * (3 + apart + pull_apart) + 2
+    assert worker.bytes_sent - built.bytes_sent == STEPS * per_step_sent + 2 * 48
+    assert worker.messages_recv - built.messages_recv == STEPS * 2 * 2
+    assert worker.bytes_recv - built.bytes_recv == STEPS * per_step_recv
     # push_pull: a push's header and payload, a pull's answer; the first pull and the
     # last push and tick apart
     cluster = LocalCluster(3)
     cluster.run(lambda c: train(c, 2, fused=True))
     fused = cluster.stats[2]
+    for counter in ("messages_sent", "bytes_sent", "messages_recv", "bytes_recv"):
+        setattr(fused, counter, getattr(fused, counter) - getattr(built, counter))
     pull_sent = sum(48 + 8 * k[s] for s in range(2))
     push_sent = sum(48 + 8 * k[s] + 8 * v[s] for s in range(2))
     pull_recv = sum(8 + 8 * v[s] for s in range(2))
@@ -312,9 +316,34 @@ def test_bad_options_fail_on_every_rank(options, message):
     assert LocalCluster(3).run(body) == [True] * 3
 
 
-def test_a_negative_learning_rate_is_refused_by_the_server_optimizer():
-    with pytest.raises(ValueError, match="lr and eps must be >= 0"):
-        ServerOptimizer("sgd", -1.0)
+@pytest.mark.parametrize("lr, eps", [(-1.0, 1e-8), (float("nan"), 1e-8), (float("inf"), 1e-8),
+                                     (0.1, float("nan")), ("0.1", 1e-8)])
+def test_a_learning_rate_or_eps_that_is_no_finite_number_is_refused(lr, eps):
+    """NaN and inf were accepted, and every weight became NaN."""
+    with pytest.raises(ValueError, match=r"server optimiser's (lr|eps) must be a finite number"):
+        ServerOptimizer("sgd", lr, eps=eps)
+
+
+@pytest.mark.parametrize("options, field, here", [
+    (dict(servers=2), "servers", None),
+    (dict(servers=0), "servers", "servers >= 1, got 0"),
+    (dict(consistency="ssp", staleness=1), "consistency", None),
+    (dict(consistency="ssp", staleness=-1), "consistency", "must be an integer >= 0, got -1"),
+    (dict(softsync=1), "softsync", None),
+    (dict(optimizer=ServerOptimizer("adam", 0.01)), "optimizer", None),
+    (dict(dtype=np.float32), "dtype", None),
+])
+def test_options_that_differ_on_one_rank_fail_on_every_rank(options, field, here):
+    """Rank 0 served as if all went well while the others deadlocked (in-process), or the
+    job hung or ended with status 0 (MPI): a server and its workers disagreed on the job."""
+    def body(c):
+        with pytest.raises(ValueError) as raised:
+            ParameterServer(c, LAYOUT, **(options if c.rank == 2 else {}))
+        return str(raised.value)
+
+    errors = LocalCluster(4).run(body)
+    assert all(f"rank(s) [2] differ from rank 0 in {field}" in e for e in errors)
+    assert (here is None or here in errors[2]) and "here:" not in errors[0] + errors[1]
 
 
 @pytest.mark.parametrize("rule", ["adam", "adagrad"])

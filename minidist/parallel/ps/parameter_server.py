@@ -39,6 +39,7 @@ workers' clock.
 from __future__ import annotations
 
 import os
+import zlib
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from minidist.parallel.ps.reports import ServerReport, gather_reports  # noqa: F
 from minidist.parallel.ps.rules import ServerOptimizer, ShardState
 from minidist.parallel.ps.server import Server
 from minidist.parallel.ps.worker import Worker
+from minidist.parallel.replicas import compare_descriptions, digest
 
 
 class ParameterServer:
@@ -65,6 +67,11 @@ class ParameterServer:
     - ``dtype``: of the values on the servers and on the wire;
     - ``key_load``: a weight per key; the key ranges then balance it instead of the
       values (``KeyLayout.split``).
+
+    Every rank must build it with the same settings: building it costs one agreement
+    among all ranks (an allgather of a digest of each setting), so that a mistake on
+    one rank is the same error on every rank instead of a job whose servers and
+    workers wait for each other for ever. No key moves before it.
     """
 
     def __init__(self, c: Communicator, layout: KeyLayout, servers: int = 1,
@@ -73,23 +80,19 @@ class ParameterServer:
                  softsync: int | None = None, deterministic: bool | None = None,
                  dtype: np.dtype | type = np.float64, checkpoint: str | os.PathLike | None = None,
                  resume: bool = False, key_load: np.ndarray | None = None) -> None:
-        if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
-            raise ValueError(f"a parameter server needs servers >= 1, got {servers!r}")
-        if c.size - servers < 1:
-            raise ValueError(f"{c.size} ranks and {servers} servers leave no worker: "
-                             f"start at least {servers + 1} ranks")
-        workers = c.size - servers
-        if softsync is not None and not (isinstance(softsync, int) and 1 <= softsync <= workers):
-            raise ValueError(f"softsync n must be an integer in 1..{workers} (the workers), "
-                             f"got {softsync!r}")
+        problem = _problem(c, servers, softsync, deterministic, resume, checkpoint)
+        try:
+            rule = make_rule(consistency, staleness)
+        except ValueError as err:
+            problem, rule = problem or str(err), None
+        _same_job_everywhere(c, problem, {
+            "servers": servers, "consistency": rule, "softsync": softsync,
+            "optimizer": optimizer, "dtype": dtype, "deterministic": deterministic,
+            "checkpoint and resume": (str(checkpoint), resume),
+            "key layout": layout.tables, "key_load": None if key_load is None
+            else zlib.crc32(np.ascontiguousarray(key_load).tobytes())})
         modelled = hasattr(c.stats, "clock")
-        if deterministic and not modelled:
-            raise ValueError("deterministic order needs the in-process transport's modelled "
-                             "clock; under MPI requests are taken as they arrive")
-        if resume and checkpoint is None:
-            raise ValueError("resume=True needs the checkpoint directory to resume from")
-        self.c, self.layout, self.servers = c, layout, servers
-        self.rule = make_rule(consistency, staleness)
+        self.c, self.layout, self.servers, self.rule = c, layout, servers, rule
         self.optimizer = optimizer if optimizer is not None else ServerOptimizer()
         self.softsync, self.dtype = softsync, np.dtype(dtype)
         self.deterministic = modelled if deterministic is None else deterministic
@@ -126,3 +129,36 @@ class ParameterServer:
         return Worker(self.c, self.layout, list(range(self.servers)), self.ranges, self.dtype,
                       self.start_clock)
 
+
+def _problem(c: Communicator, servers: object, softsync: object, deterministic: object,
+             resume: bool, checkpoint: object) -> str:
+    """What is wrong with this rank's settings ("" if nothing)."""
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        return f"a parameter server needs servers >= 1, got {servers!r}"
+    workers = c.size - servers
+    if workers < 1:
+        return (f"{c.size} ranks and {servers} servers leave no worker: start at least "
+                f"{servers + 1} ranks")
+    if softsync is not None and not (isinstance(softsync, int) and 1 <= softsync <= workers):
+        return f"softsync n must be an integer in 1..{workers} (the workers), got {softsync!r}"
+    if deterministic and not hasattr(c.stats, "clock"):
+        return ("deterministic order needs the in-process transport's modelled clock; under "
+                "MPI requests are taken as they arrive")
+    if resume and checkpoint is None:
+        return "resume=True needs the checkpoint directory to resume from"
+    return ""
+
+
+def _same_job_everywhere(c: Communicator, problem: str, settings: dict[str, object]) -> None:
+    """Raise the same error on every rank unless every rank builds the same job (its
+    ``settings``, compared by digest); then a rank's own ``problem``, which the rank at
+    fault also names beside the difference it made. A server and a worker that disagree
+    on the servers, the keys or the rule would wait for each other's messages for ever."""
+    # communication: every rank's settings, as digests, to every rank (one allgather)
+    _, name, differ = compare_descriptions(c, {k: digest(v) for k, v in settings.items()})
+    if name is not None:
+        here = f"; here: {problem}" if problem else ""
+        raise ValueError(f"ParameterServer: every rank must build the same parameter server, "
+                         f"but rank(s) {differ} differ from rank 0 in {name}{here}")
+    if problem:
+        raise ValueError(problem)

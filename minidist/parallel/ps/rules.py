@@ -41,6 +41,7 @@ import numpy as np
 
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 RULES = ("sgd", "adagrad", "adam")
 
@@ -65,8 +66,9 @@ class ServerOptimizer:
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"server optimiser must be one of {RULES}, got {self.rule!r}")
-        if self.lr < 0 or self.eps < 0:
-            raise ValueError(f"lr and eps must be >= 0, got lr={self.lr}, eps={self.eps}")
+        for name in ("lr", "eps"):  # NaN or inf would reach every value of every shard
+            object.__setattr__(self, name, finite(f"server optimiser's {name}",
+                                                  getattr(self, name)))
         if self.staleness_aware and self.rule != "sgd":  # g/τ: Adam's m/√v undoes it
             raise ValueError(f"staleness-aware steps (α0/τ, Zhang et al. 2016) are SGD's: "
                              f"{self.rule}'s normalised step would cancel a gradient's 1/τ")
