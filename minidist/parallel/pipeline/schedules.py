@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minidist.util.answers import lab_answer
+from minidist.util.values import whole
 
 PHASES = ("F", "B")
 
@@ -108,6 +109,7 @@ def bubble_formula(stages: int, micro_batches: int) -> float:
 def check_schedule(schedule: Schedule, micro_batches: int) -> None:
     """Raise ScheduleError unless every rank k runs F and B of each micro-batch
     exactly once, on stage k, the forward first, and the whole schedule can finish."""
+    micro_batches = whole("micro_batches", micro_batches, least=1)
     if not schedule:
         raise ScheduleError("a schedule needs at least one rank")
     for k, steps in enumerate(schedule):
@@ -201,6 +203,5 @@ def _names(keys: list[tuple[int, str]]) -> str:
 
 
 def _check_sizes(stages: int, micro_batches: int) -> None:
-    if stages < 1 or micro_batches < 1:
-        raise ValueError(f"a schedule needs stages >= 1 and micro_batches >= 1, "
-                         f"got {stages} and {micro_batches}")
+    whole("stages", stages, least=1)
+    whole("micro_batches", micro_batches, least=1)
