@@ -55,3 +55,21 @@ def test_the_example_under_mpiexec_prints_its_summary():
     assert job.returncode == 0, err
     assert "ZeRO-2 on 2 rank(s), adam" in out and "one process:" in out
     assert out.count("largest weight difference") == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ranks, twice", [(2, None), (3, 2), (4, 2)])
+def test_the_summary_says_when_padding_not_rounding_parts_it_from_one_process(ranks, twice):
+    """At P = 3 the one-process weights differed by 3e-2, not float32 rounding, with
+    nothing said: the ranks' sampler reads 2 of the 1,438 samples twice each epoch."""
+    def body(c):
+        batch = dict(global_batch=12 * ranks)
+        runs = {"ZeRO-1": example.train(c, 1, **QUICK, **batch),
+                "DDP": example.train(c, 0, **QUICK, **batch)}
+        if c.rank == 0:
+            runs["one process"] = example.mlp.train(epochs=1, hidden=16, progress=False,
+                                                    batch_size=12 * ranks)
+        return example.summary(c, 1, "adam", runs)
+
+    said = md.launch(body, ranks)[0]
+    assert (f"each epoch they read {twice} of them twice" in said) == (twice is not None)

@@ -14,7 +14,10 @@ allgathers the weights. Then the same run with ``DataParallel``, and one
 process on the whole global batch (on rank 0), for a summary: how far apart
 the three runs' weights end (float32 rounding: ZeRO and DDP sum the same
 gradients in the same order at P = 2; one process averages the whole batch
-at once), and what a rank holds for DDP and for ZeRO, counted from its
+at once; where P does not divide the 1,438 training samples, the ranks also
+read the first few of each epoch twice, ``DistributedSampler``'s padding,
+which one process does not, and the summary says so), and what a rank holds
+for DDP and for ZeRO, counted from its
 arrays, beside the formula, with the bytes it sent per step
 (``--no-compare`` skips the other two runs).
 
@@ -102,7 +105,7 @@ def train(comm: Communicator | None = None, stage: int = 1, epochs: int = 20,
         losses.append(loss_sum / count)
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
     seconds = time.perf_counter() - start
-    return dict(model=net, losses=losses, seconds=seconds, sent=sent,
+    return dict(model=net, losses=losses, seconds=seconds, sent=sent, samples=len(train_set),
                 accuracy=accuracy(net, test_set.x, test_set.y),
                 held=bytes_held(net.parameters(), opt))
 
@@ -123,6 +126,12 @@ def summary(c: Communicator, stage: int, optimizer: str, runs: dict[str, dict]) 
             lines.append(f"  {name + ':':<28} test accuracy {run['accuracy']:.2%}, largest "
                          f"weight difference from {NAMES[stage]}'s "
                          f"{largest_difference(run['model'].state_dict(), weights):.1e}")
+    padded = -zero["samples"] % c.size  # samples each epoch reads twice on P ranks
+    if padded and "one process" in runs:
+        lines.append(f"  ({c.size} ranks do not divide the {zero['samples']:,} training "
+                     f"samples: each epoch they read {padded} of them twice, DistributedSampler's"
+                     " padding, and one process does not; so its weights differ by more than "
+                     "rounding)")
     params = zero["model"].parameters()
     n, itemsize, tensors = sum(p.size for p in params), params[0].data.itemsize, len(params)
     lines.append(f"model states held by rank 0 (N = {n:,} parameters of {itemsize} bytes), "
