@@ -240,3 +240,24 @@ def test_bad_arguments_are_named() -> None:
         MoE(4, 8, 4)(np.ones((2, 3, 4), np.float32))
     with pytest.raises(ValueError, match=r"must be \(n, d_model\) = \(n, 4\), got shape \(2, 5\)"):
         MoE(4, 8, 4)(np.ones((2, 5), np.float32))  # once numpy's matmul error, deep inside
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(n_experts=0), "n_experts must be an integer >= 1, got 0"),
+    (dict(n_experts=-2), "n_experts must be an integer >= 1, got -2"),
+    (dict(top_k=1.5), "top_k must be an integer >= 1, got 1.5"),
+    (dict(top_k="1"), "top_k must be an integer >= 1, got '1'"),
+    (dict(capacity_factor=math.inf), "capacity_factor must be a finite number >= 0, got inf"),
+    (dict(capacity_factor="1"), "capacity_factor must be a finite number >= 0, got '1'"),
+    (dict(capacity_factor=-1.0), "capacity_factor must be a finite number >= 0, got -1.0"),
+])
+def test_sizes_and_capacity_are_checked_at_construction_on_every_rank(kwargs, message) -> None:
+    """top_k=1.5 and capacity_factor=inf were accepted, then failed in the first forward."""
+    def body(c):
+        try:
+            MoE(4, 6, **{"n_experts": 4, **kwargs}, comm=c, dtype=np.float64, rng=0)
+        except ValueError as err:
+            return str(err)
+
+    assert LocalCluster(2).run(body, timeout=30) == [message, message]

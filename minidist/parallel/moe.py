@@ -69,6 +69,7 @@ from minidist.nn import MLP, Linear, Module, ModuleList, init
 from minidist.nn.functional import as_tensor
 from minidist.parallel import grid
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite, whole
 
 
 class AllToAll(Function):
@@ -162,13 +163,15 @@ class MoE(Module):
                  dtype=np.float32, rng: np.random.Generator | int | None = None) -> None:
         super().__init__()
         c = comm if comm is not None else LocalCluster(1).communicators()[0]
+        n_experts = whole("n_experts", n_experts, least=1)
         if n_experts % c.size:
             raise ValueError(f"MoE: {n_experts} experts cannot be spread evenly over {c.size} "
                              "ranks: n_experts must be a multiple of the number of ranks")
-        if not 1 <= top_k <= n_experts:
+        top_k = whole("top_k", top_k, least=1)
+        if top_k > n_experts:
             raise ValueError(f"MoE: top_k must be between 1 and n_experts = {n_experts}, "
                              f"got {top_k}")
-        if capacity_factor is not None and not capacity_factor > 0:
+        if capacity_factor is not None and not finite("capacity_factor", capacity_factor) > 0:
             raise ValueError(f"MoE: capacity_factor must be positive (or None: no limit), "
                              f"got {capacity_factor}")
         rng = init.resolve_rng(rng)
