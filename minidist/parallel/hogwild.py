@@ -58,6 +58,7 @@ from minidist.util.processes import (
     stop_process_tree,
     terminated_like_interrupted,
 )
+from minidist.util.values import finite, whole
 
 
 class EpochSync:
@@ -141,8 +142,13 @@ def run_hogwild(target: Callable[..., None], arrays: dict[str, np.ndarray], work
     ``timeout`` seconds, else it is stopped and TimeoutError raised; the
     arrays are copied back only when every worker succeeded.
     """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    workers, epochs = whole("workers", workers, least=1), whole("epochs", epochs)
+    timeout = finite("timeout", timeout)
+    if not isinstance(arrays, dict):
+        raise TypeError(f"arrays must be a dict of name -> numpy array, got "
+                        f"{type(arrays).__name__}")
+    if isinstance(written, str) or not set(written) <= set(arrays):
+        raise ValueError(f"written must name arrays of {sorted(arrays)}, got {written!r}")
     _check_importable(target)
     with terminated_like_interrupted():  # a SIGTERM'd caller still stops its workers
         return _run(target, arrays, workers, epochs, written, args, timeout, on_epoch)
