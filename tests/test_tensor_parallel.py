@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -115,6 +116,22 @@ def test_a_split_that_does_not_divide_is_named():
 
     with pytest.raises(Exception, match="12 hidden units cannot be split over 5 ranks"):
         md.launch(hidden_over_five, 5, backend="local", timeout=30)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("activation", ["swish", "linear", None, ["relu"]])
+def test_an_unknown_activation_is_refused_at_construction_on_every_rank(activation):
+    """Once an AttributeError ('swish') or a TypeError ('linear') in the first forward."""
+    w = weights()
+
+    def build(c):
+        with pytest.raises(ValueError, match=re.escape(
+                "activation must be one of ['relu', 'sigmoid', 'tanh'], "
+                f"got {activation!r}")):
+            ParallelMLP(w["w1"], w["b1"], w["w2"], w["b2"], c, activation=activation)
+        return ParallelMLP(w["w1"], w["b1"], w["w2"], w["b2"], c, activation="tanh").activation
+
+    assert md.launch(build, 2, backend="local", timeout=30) == ["tanh", "tanh"]
 
 
 def train_transformer(c, steps: int, dtype=np.float64):

@@ -36,6 +36,7 @@ from minidist import backend, comm
 from minidist.autograd import Function, Tensor
 from minidist.nn import Module, Parameter
 from minidist.nn import functional as F
+from minidist.nn.layers import ACTIVATIONS
 from minidist.util.answers import lab_answer
 
 
@@ -100,6 +101,18 @@ class ParallelMLP(Module):
         self.c, self.activation = c, activation
         self.w1, self.b1 = Parameter(w1[hidden].copy()), Parameter(b1[hidden].copy())
         self.w2, self.b2 = Parameter(w2[:, hidden].copy()), Parameter(b2.copy())
+
+    @property
+    def activation(self) -> str:
+        """The name of the hidden units' function in ``nn.functional``: checked when set."""
+        return self._activation
+
+    @activation.setter
+    def activation(self, name: str) -> None:
+        if not (isinstance(name, str) and name in ACTIVATIONS):
+            raise ValueError(f"ParallelMLP: activation must be one of {sorted(ACTIVATIONS)}, "
+                             f"got {name!r}")
+        self._activation = name
 
     @lab_answer("lab08_mlp_split")
     def forward(self, x: Tensor) -> Tensor:
