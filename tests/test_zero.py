@@ -184,11 +184,11 @@ def test_bad_parameters_or_optimizer_are_errors():
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("change, field", [
-    (lambda rank: dict(sizes=[4, 7 + rank, 3]), "values"),
-    (lambda rank: dict(sizes=[4, 3] if rank else [4, 7, 3]), "tensors"),
-    (lambda rank: dict(stage=1 + rank), "stage"),
+    (lambda rank: dict(sizes=[4, 7 + rank, 3]), r"values \(rank 0: 59, rank 1: 67\)"),
+    (lambda rank: dict(sizes=[4, 3] if rank else [4, 7, 3]), r"tensors \(rank 0: 4, rank 1: 2"),
+    (lambda rank: dict(stage=1 + rank), r"their stage \(rank 0: 1, rank 1: 2\)"),  # not shapes
     (lambda rank: dict(stage=2 + rank), "stage must be one of"),
-    (lambda rank: dict(optimizer="sgd" if rank else "adam"), "optimizer"),
+    (lambda rank: dict(optimizer="sgd" if rank else "adam"), r"optimizer \(this rank's: "),
 ])
 def test_ranks_that_disagree_all_raise_the_same_error(change, field):
     def fn(c):

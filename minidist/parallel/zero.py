@@ -211,23 +211,24 @@ def agree(comm: Communicator, params: list[Tensor], stage: Any, optimizer: str) 
     (:func:`~minidist.parallel.replicas.compare_descriptions`).
     """
     dtypes = {np.dtype(p.dtype) for p in params}
-    table, field, differ = compare_descriptions(comm, {
+    shapes = [tuple(p.shape) for p in params]
+    description = {
         "tensors": len(params), "values": sum(p.size for p in params),
         "dtype": ord(dtypes.pop().char) if len(dtypes) == 1 else 0,
-        "shapes": digest([tuple(p.shape) for p in params]),
-        "stage": stage if stage in STAGES else 0, "optimizer": digest(optimizer)})
-    bad = [rank for rank, row in enumerate(table) if row[4] == 0]
+        "shapes": digest(shapes), "stage": stage if stage in STAGES else 0,
+        "optimizer": digest(optimizer)}
+    columns = list(description)
+    table, field, differ = compare_descriptions(comm, description)
+    bad = [rank for rank, row in enumerate(table) if row[columns.index("stage")] == 0]
     if bad:
         raise ValueError(f"ZeRO stage must be one of {STAGES}; rank(s) {bad} passed another "
                          f"(this rank: {stage!r})")
     if field is not None:
-        if field in ("tensors", "values", "dtype"):
-            column = ["tensors", "values", "dtype"].index(field)
-            shown = ", ".join(f"rank {r}: {_describe(field, row[column])}"
-                              for r, row in enumerate(table))
+        if field in ("shapes", "optimizer"):  # digests: only this rank's own value is known
+            shown = "this rank's: " + (optimizer if field == "optimizer" else repr(shapes))
         else:
-            shown = "this rank's: " + (optimizer if field == "optimizer" else
-                                       repr([tuple(p.shape) for p in params]))
+            shown = ", ".join(f"rank {r}: {_describe(field, row[columns.index(field)])}"
+                              for r, row in enumerate(table))
         raise ValueError(f"ShardedOptimizer: every rank must pass the same parameters and "
                          f"optimiser, but rank(s) {differ} differ from rank 0 in their "
                          f"{field} ({shown})")
