@@ -8,7 +8,7 @@ import pytest
 import minidist as md
 from minidist.autograd.memory import saved_bytes
 from minidist.comm import LocalCluster
-from minidist.nn import MLP
+from minidist.nn import MLP, Linear, ReLU, Sequential
 from minidist.nn import functional as F
 from minidist.parallel.pipeline import (
     Pipeline,
@@ -77,6 +77,29 @@ def assert_matches_one_process(results, expected_loss, expected_grads):
     assert sorted(grads) == sorted(expected_grads)  # every parameter once, the model's names
     for name, expected in expected_grads.items():
         np.testing.assert_allclose(grads[name], expected, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("rematerialise", [False, True])
+def test_a_first_stage_without_parameters_trains_as_one_process(schedule, rematerialise):
+    """Rank 0 holds a ReLU alone: its backward has nothing to do, but takes rank 1's
+    gradients (once "backward() on a tensor that does not require grad" on rank 0)."""
+    def model():
+        return Sequential(ReLU(), Linear(SIZES[0], SIZES[-1], dtype=np.float64, rng=0))
+
+    x, y = batch()
+    one = model()
+    loss = F.cross_entropy(one(md.Tensor(x)), y)
+    loss.backward()
+
+    def rank(c):
+        pipe = Pipeline(model(), c, 3, schedule=schedule, rematerialise=rematerialise)
+        step = pipe.train_step(x if c.rank == 0 else None, y if pipe.is_last else None)
+        return step, {n: p.grad.copy() for n, p in pipe.named_parameters()}
+
+    assert_matches_one_process(md.launch(rank, 2, backend="local", timeout=30), loss.item(),
+                               {n: p.grad for n, p in one.named_parameters()})
 
 
 @pytest.mark.timeout(120)

@@ -139,8 +139,8 @@ class StageEngine:
         self._begin()
         if self.rank == self.last:
             out.backward()
-        else:
-            out.backward(grad)
+        elif out.requires_grad:  # rank 0's stage without parameters has nothing to do (its
+            out.backward(grad)   # input needs no gradient); the gradient is still taken
         self._declare_work(Step(self.rank, micro, "B"))
         if self.rank > 0:
             self._send(x.grad, self.rank - 1, 2 * micro + 2)
