@@ -180,6 +180,9 @@ def test_bad_parameters_or_optimizer_are_errors():
         ShardedOptimizer([Parameter(np.zeros(3)), Parameter(np.zeros(2, np.float32))], world)
     with pytest.raises(ValueError, match="optimizer must be one of"):
         ShardedOptimizer([Parameter(np.zeros(3))], world, "rmsprop")
+    # its rows, as the list, got no gradients: step() never moved it, silently
+    with pytest.raises(TypeError, match=r"params must be an iterable of Tensors: pass \[p\]"):
+        ShardedOptimizer(Parameter(np.zeros((2, 3))), world)
 
 
 @pytest.mark.timeout(30)

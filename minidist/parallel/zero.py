@@ -113,6 +113,8 @@ class ShardedOptimizer:
     def __init__(self, params: Iterable[Tensor], comm: Communicator,
                  optimizer: str | type[Optimizer] = "adam", stage: int = 1,
                  **hyper: Any) -> None:
+        if isinstance(params, Tensor):  # list(p) gives its rows, which get no gradients
+            raise TypeError("ShardedOptimizer: params must be an iterable of Tensors: pass [p]")
         params = list(params)
         if not all(isinstance(p, Tensor) and p.requires_grad for p in params):
             raise TypeError("ShardedOptimizer: parameters must be Tensors with requires_grad="
