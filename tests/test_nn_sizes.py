@@ -39,3 +39,9 @@ def test_sizes_as_numpy_integers_build_the_same_layers():
     assert layer.weight.shape == (2, 3) and type(layer.in_features) is int
     assert nn.MLP(np.array([4, 3, 2]), rng=0)(np.ones((1, 4), np.float32)).shape == (1, 2)
     assert nn.Embedding(np.int64(5), 2, rng=0).weight.shape == (5, 2)
+
+
+def test_an_activation_that_is_no_name_is_refused_by_name():
+    """A list failed with "unhashable type" from the dict lookup."""
+    with pytest.raises(ValueError, match=r"activation must be one of .*, got \['relu'\]"):
+        nn.MLP([4, 3, 2], activation=["relu"])

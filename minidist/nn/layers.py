@@ -185,7 +185,7 @@ class MLP(Sequential):
                  dtype=np.float32, rng: np.random.Generator | int | None = None) -> None:
         if len(sizes) < 2:
             raise ValueError(f"an MLP needs at least an input and an output size, got {sizes}")
-        if activation not in ACTIVATIONS:
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {activation!r}")
         for i, size in enumerate(sizes):  # a layer 0 wide would pass nothing on
