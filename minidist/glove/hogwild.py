@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.glove.model import ETA, GloVe, Records, check_ids, require_host
+from minidist.glove.model import ETA, GloVe, Records, check_ids, positive, require_host
 from minidist.glove.training import Strategy, fit
 from minidist.parallel.hogwild import EpochSync, HogwildRun, SharedArrays, run_hogwild
 from minidist.util import chunk_bounds
@@ -78,6 +78,7 @@ def train_hogwild(model: GloVe, records: Records, workers: int = 2, epochs: int 
     """
     require_host("train_hogwild", model, records)
     check_ids(records.row, records.col, len(model.word), "train_hogwild")  # before any worker
+    eta = positive("eta", eta)
     arrays = {**model.arrays(), **{name: getattr(records, name) for name in RECORD_FIELDS}}
     return run_hogwild(train_worker, arrays, workers, epochs, written=MODEL_FIELDS,
                        args=(epochs, batch_size, eta, seed), timeout=timeout,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from numbers import Real
 from types import ModuleType
 from typing import Any
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.util.answers import lab_answer
+from minidist.util.values import finite
 
 X_MAX, ALPHA, ETA = 100.0, 0.75, 0.05
 GRAD_CLIP = 100.0  # glove.c's -grad-clip: each component of a vector's gradient, at most 100
@@ -46,8 +48,22 @@ GRAD_CLIP = 100.0  # glove.c's -grad-clip: each component of a vector's gradient
 
 @lab_answer("lab05_weighting")
 def weighting(x: np.ndarray, x_max: float = X_MAX, alpha: float = ALPHA) -> np.ndarray:
-    """f(x) = min(1, (x / x_max)^alpha), elementwise."""
+    """f(x) = min(1, (x / x_max)^alpha), elementwise (Task 1's answer, line for line;
+    ``Records.from_counts`` checks x_max and alpha, ``weighting_options``)."""
     return np.minimum(1.0, (np.asarray(x, dtype=np.float64) / x_max) ** alpha)
+
+
+def weighting_options(x_max: object, alpha: object) -> tuple[float, float]:
+    """(x_max, alpha) as floats: x_max a finite number > 0, alpha one >= 0 (0: f = 1).
+    An x_max <= 0 makes f NaN, or 1 for every record by glove.c's ``x > x_max ? 1 : ...``."""
+    return positive("x_max", x_max), finite("alpha", alpha)
+
+
+def positive(name: str, value: object) -> float:
+    """``value`` as a float, when it is a finite real number > 0 (x_max, eta)."""
+    if not (isinstance(value, Real) and value > 0):  # a NaN is not > 0 either
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return finite(name, value)  # refuses an infinity and a bool
 
 
 def adagrad_columns(dim: int, eta: float = ETA) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +94,9 @@ class Records:
         """The records of host counts, computed on the host, put on the current device.
 
         Ids must be whole numbers >= 0 (below ``vocab_size`` when given), counts finite
-        and > 0: anything else would train the wrong rows, or NaNs, without a word."""
+        and > 0, ``weighting_options`` x_max and alpha: anything else would train the
+        wrong rows, or NaNs, or nothing, without a word."""
+        x_max, alpha = weighting_options(x_max, alpha)
         row, col, val = np.asarray(row), np.asarray(col), np.asarray(val, dtype=np.float64)
         if not row.ndim == col.ndim == val.ndim == 1:
             raise ValueError(f"Records.from_counts: row, col and val have shapes {row.shape}, "

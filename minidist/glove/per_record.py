@@ -46,7 +46,16 @@ import numpy as np
 from minidist import backend
 from minidist.glove import cuda_records
 from minidist.glove.compiled import jit
-from minidist.glove.model import ALPHA, ETA, GRAD_CLIP, X_MAX, GloVe, require_host
+from minidist.glove.model import (
+    ALPHA,
+    ETA,
+    GRAD_CLIP,
+    X_MAX,
+    GloVe,
+    positive,
+    require_host,
+    weighting_options,
+)
 from minidist.glove.recordfile import CHUNK, RECORD, RecordFile, record_chunks
 from minidist.optim.adagrad import glove_c_update
 from minidist.util import chunk_bounds
@@ -138,7 +147,8 @@ def train_records(model: GloVe, records: RecordFile | np.ndarray, epochs: int = 
     runs the same loop in the interpreter (slow; for tests). ``on_epoch(epoch,
     cost)`` is called after each epoch. The workers are CPU threads (default 1);
     a model on a GPU trains there, the records copied over once, its workers the
-    warps of a CUDA kernel (default ``cuda_records.default_warps``).
+    warps of a CUDA kernel (default ``cuda_records.default_warps``). ``eta`` and
+    ``x_max`` must be finite numbers > 0, ``alpha`` one >= 0.
     """
     gpu = backend.on_gpu(model.word)
     if not gpu:
@@ -153,7 +163,7 @@ def train_records(model: GloVe, records: RecordFile | np.ndarray, epochs: int = 
         if array.dtype != np.float64 or not array.flags.c_contiguous:
             raise TypeError(f"train_records: model.{name} must be C-contiguous float64")
     loop = sgd_records_compiled if compiled else sgd_records
-    options = (eta, x_max, alpha, clip)
+    options = (positive("eta", eta), *weighting_options(x_max, alpha), clip)
     if gpu:  # the records to the GPU once; the warps from how often words repeat in them
         on_host = records.read() if isinstance(records, RecordFile) else records
         on_gpu = cuda_records.upload(on_host, len(model.word), backend.xp_of(model.word))

@@ -37,7 +37,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.glove.gradients import SparseGradients, batch_gradients
-from minidist.glove.model import ETA, GloVe, Records, adagrad_columns, check_ids
+from minidist.glove.model import ETA, GloVe, Records, adagrad_columns, check_ids, positive
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
 from minidist.util.answers import lab_answer
@@ -128,9 +128,10 @@ def fit(strategy: Strategy, model: GloVe, records: Records, epochs: int,
 
     Returns the strategy's trained model and glove.c's cost of each epoch.
     ``on_batch(n)`` is called after each batch of n records, ``on_epoch(epoch,
-    cost)`` after each epoch.
+    cost)`` after each epoch. ``eta`` must be a finite number > 0.
     """
     check_ids(records.row, records.col, len(model.word), "the records")  # rows of the model
+    eta = positive("eta", eta)  # NaN would make every table NaN, and the costs 0 after
     local = strategy.start(model)
     records = records.to(backend.xp_of(local.word))  # where the model is, once
     costs = []
@@ -162,6 +163,7 @@ def train_epoch(model: GloVe, records: Records, rng: np.random.Generator | None,
                 on_batch: Callable[[int], None] | None = None) -> float:
     """One pass over the records in place, shuffled by ``rng`` (in order if None);
     returns glove.c's cost: each batch's J / 2 just before its update, summed, per record."""
+    eta = positive("eta", eta)
     records = records.to(backend.xp_of(model.word))  # where the model is, once
     total = run_epoch(Strategy(), model, records.batches(batch_size, rng), eta, on_batch)
     return total / max(len(records), 1)
