@@ -77,6 +77,23 @@ def test_question_words_are_never_the_answer():
     assert answer.tolist() == [2]
 
 
+def test_other_spellings_of_a_word_are_never_candidates():
+    """Case-insensitive, only the spelling each lower-cased word's row is (its lowest id)
+    can answer, as in gensim: 'Greece', lying on b = 'greece', is no answer, and 'iraq',
+    another spelling of the answer 'Iraq', does not make the question wrong."""
+    e = np.eye(4)
+    questions = {"capital": [("Athens", "Greece", "Baghdad", "Iraq")]}
+    words = ["greece", "athens", "iraq", "baghdad", "Greece", "Iraq"]
+    vectors = np.array([e[1], e[0], e[2] + 0.1 * e[1] + e[3], e[2], e[1] + 0.01 * e[3],
+                        e[2] - 0.5 * e[3]])
+    assert analogy_accuracy(vectors, words, questions).overall.correct == 1
+    words = ["greece", "athens", "Iraq", "baghdad", "iraq"]  # 'iraq' the nearest, not chosen
+    vectors = np.array([e[1], e[0], e[2] + e[1] + e[3], e[2], e[2] + e[1]])
+    assert analogy_accuracy(vectors, words, questions).overall.correct == 1
+    strict = {"capital": [("athens", "greece", "baghdad", "Iraq")]}
+    assert analogy_accuracy(vectors, words, strict, case_insensitive=False).overall.correct == 0
+
+
 def test_answers_equal_a_question_by_question_loop():
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((30, 6))

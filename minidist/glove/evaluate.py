@@ -21,7 +21,9 @@ that work on any word -> vector matrix (row i is the vector of ``words[i]``):
 
 Words are matched case-insensitively by default (the Google file writes
 "Athens Greece", text8 writes "athens"); the most frequent (lowest id)
-spelling wins.
+spelling wins, and is the only one an analogy may answer, as in gensim:
+"Greece" is no answer when "greece" is a question word, and "iraq" does
+not beat "Iraq" when "Iraq" is the word's row.
 """
 
 from __future__ import annotations
@@ -182,9 +184,12 @@ def analogy_accuracy(vectors: np.ndarray, words: Sequence[str],
                      case_insensitive: bool = True) -> AnalogyReport:
     """3CosAdd accuracy on a Google-format analogy file, per section and in total.
 
-    ``analogy_file`` may also be its sections, already read (``read_analogies``)."""
-    unit = unit_rows(checked_vectors(vectors, words))
+    ``analogy_file`` may also be its sections, already read (``read_analogies``).
+    The candidates are the rows ``word_index`` chose, one per (lower-cased) word."""
     index = word_index(words, case_insensitive)
+    chosen = np.fromiter(index.values(), dtype=np.int64, count=len(index))  # increasing
+    unit = unit_rows(checked_vectors(vectors, words))[chosen]
+    index = {word: row for row, word in enumerate(index)}  # rows of ``unit``
     sections = (analogy_file if isinstance(analogy_file, Mapping)
                 else read_analogies(analogy_file))
     scores = []
