@@ -7,12 +7,14 @@ import itertools
 import numpy as np
 import pytest
 
+from minidist.glove import load_vectors
 from minidist.glove.evaluate import (
     analogy_accuracy,
     answer_analogies,
     average_ranks,
     nearest_neighbours,
     read_analogies,
+    read_similarities,
     similarity_spearman,
     spearman,
     unit_rows,
@@ -169,4 +171,21 @@ def test_evaluation_files_already_read_and_files_not_utf8(tmp_path):
     assert similarity_spearman(vectors, words, pairs).used == 3
     (tmp_path / "bad.txt").write_bytes(b": s\n\xff\n")
     with pytest.raises(ValueError, match=r"bad\.txt: not UTF-8 text"):
+        read_analogies(tmp_path / "bad.txt")
+
+
+def test_a_utf8_bom_is_no_part_of_the_first_word(tmp_path):
+    """Windows editors start UTF-8 files with a BOM; the readers drop it, as the corpus
+    reader does ('\\ufeffking' was a word, and an analogy file failed on its first line)."""
+    def bom(name, text):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+        return tmp_path / name
+
+    words, _ = load_vectors(bom("v.txt", "king 1 2\nqueen 3 4\n"))
+    assert words == ["king", "queen"]
+    assert read_analogies(bom("q.txt", ": capital\nathens greece baghdad iraq\n")) == {
+        "capital": [("athens", "greece", "baghdad", "iraq")]}
+    assert read_similarities(bom("s.txt", "king queen 8.5\n"))[0] == ("king", "queen", 8.5)
+    (tmp_path / "bad.txt").write_bytes(b"\xef\xbb\xbf: s\n\xff\n")  # counted from the BOM
+    with pytest.raises(ValueError, match=r"bad\.txt: not UTF-8 text \(.* at byte 7\)"):
         read_analogies(tmp_path / "bad.txt")

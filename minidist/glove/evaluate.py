@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from minidist.data.corpus import first_bad_byte
+
 Question = tuple[str, str, str, str]  # a is to b as c is to d
 
 def checked_vectors(vectors: np.ndarray, words: Sequence[str]) -> np.ndarray:
@@ -51,11 +53,13 @@ def checked_vectors(vectors: np.ndarray, words: Sequence[str]) -> np.ndarray:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """A UTF-8 file's text; a decoding error names the file."""
+    """A UTF-8 file's text, without a leading BOM; a decoding error names the file and
+    its first bad byte (counted with the BOM, as the corpus reader counts)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # -sig: a leading BOM is dropped
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte "
+                         f"{first_bad_byte(path)})") from None
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:

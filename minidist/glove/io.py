@@ -34,7 +34,7 @@ def load_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     """
     words, rows = [], []
     try:
-        with open(path, encoding="utf-8") as lines:
+        with open(path, encoding="utf-8-sig") as lines:  # -sig: a leading BOM is dropped
             for number, line in enumerate(lines, 1):
                 word, row = parse_line(line, f"{path}:{number}")
                 if rows and len(row) != len(rows[0]):
