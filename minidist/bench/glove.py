@@ -106,14 +106,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["trainer"] == "records":  # on a GPU: glove.c's loop as a kernel, the file read once
         backend.set_device(spec.get("device", "cpu"))
         run = glove.train_records(model.to(backend.xp()), file, spec["epochs"],
-                                  spec["threads"], x_max=spec["x_max"])  # None: the default
+                                  spec["threads"], x_max=spec["x_max"])
         costs, seconds = run.costs, run.seconds
     else:
         backend.set_device(spec.get("device", "cpu"))
         model = model.to(backend.xp())  # the tables and their sums to the device, once
         in_memory = file.read()
         records = glove.Records.from_counts(in_memory["word1"] - 1, in_memory["word2"] - 1,
-                                            in_memory["val"], x_max=spec["x_max"])  # there too
+                                            in_memory["val"], x_max=spec["x_max"])
         del in_memory
         costs, seconds = [], []
         for epoch in range(spec["epochs"]):
