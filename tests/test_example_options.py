@@ -61,13 +61,17 @@ def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):
     ("bench.fit", ["--out", "."], "argument --out: '.' is a folder; give a file's name"),
     ("bench.ddp", ["--timeline", "/proc/x/t.png"], "argument --timeline: cannot make the "
                                                    "folder of '/proc/x/t.png'"),
+    ("examples.mlp_ddp", ["--checkpoint-dir", "/proc/x/ck"], "argument --checkpoint-dir: "
+                                                             "cannot make '/proc/x/ck'"),
+    ("examples.ps_mlp", ["--checkpoint-dir", "/dev/null"], "argument --checkpoint-dir: "
+                                                           "'/dev/null' is a file, not a folder"),
     ("bench.allreduce", ["--sizes", "6,64"], "--sizes 6: not a whole number of float32 values"),
     ("bench.allreduce", ["--max-size", "100", "--dtype", "float64"], "--sizes 100: not a whole"),
 ])
 def test_an_output_the_run_could_not_write_is_refused_before_it(module, options, message,
                                                                  capsys):
     """Found after the whole sweep or fit before: a plot matplotlib cannot save, a fit
-    saved over a folder."""
+    saved over a folder, a checkpoint folder that cannot be made (at the first save)."""
     main = importlib.import_module(f"minidist.{module}").main
     with pytest.raises(SystemExit) as exit_:
         main(options)

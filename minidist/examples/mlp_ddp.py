@@ -66,6 +66,7 @@ from minidist.examples.options import (
     integer,
     number,
     options_checked,
+    output_folder,
 )
 from minidist.models.mlp import accuracy, build_mlp, classification_loss
 from minidist.optim.schedules import LRScheduler, linear_scaling
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="allreduce algorithm")
     parser.add_argument("--seed", type=integer(0), default=0,
                         help="seeds the weights and the shuffle (default 0)")
-    parser.add_argument("--checkpoint-dir", default=None,
+    parser.add_argument("--checkpoint-dir", type=output_folder, default=None,
                         help="save checkpoints here, and resume from the newest one")
     parser.add_argument("--checkpoint-every", type=integer(1), default=100, metavar="K",
                         help="steps between checkpoints (and one at the end)")

@@ -16,7 +16,7 @@ Every rank chooses the device before it builds its model; ranks under
 with no GPU, every rank fails alike: a usage error naming the problem.
 
 An option's own range is its argparse ``type`` (``integer``, ``number``,
-``output_file``, from ``minidist.util.arguments``, which the benchmarks use
+``output_file``, ``output_folder``, from ``minidist.util.arguments``, which the benchmarks use
 too): ``--batch-size 0``, a factor of
 ``nan`` or a plot into a folder that cannot be made is a usage error
 naming the option, on every rank alike, before anything runs. What depends
@@ -39,6 +39,7 @@ from minidist.util.arguments import (  # noqa: F401 (the examples')
     integer,
     number,
     output_file,
+    output_folder,
 )
 
 DEVICES = ("cpu", "cuda", "strict")

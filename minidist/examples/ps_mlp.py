@@ -59,6 +59,7 @@ from minidist.examples.options import (
     integer,
     number,
     options_checked,
+    output_folder,
     run_ranks,
 )
 from minidist.parallel.ps import ServerOptimizer, consistency
@@ -239,7 +240,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="in-process ranks when not under mpirun (default 4)")
     parser.add_argument("--compute", type=number(least=0), default=1e-3,
                         help="in-process: modelled seconds of one worker step")
-    parser.add_argument("--checkpoint-dir", default=None, metavar="D",
+    parser.add_argument("--checkpoint-dir", type=output_folder, default=None, metavar="D",
                         help="the servers save their shards here, and a run started again "
                              "resumes from them")
     parser.add_argument("--checkpoint-every", type=integer(1), default=50, metavar="K",
