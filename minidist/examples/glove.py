@@ -202,7 +202,8 @@ def parse_args(argv: list[str] | None = None
                         help="default: records (on the strict device: single)")
     parser.add_argument("--threads", type=integer(1), default=None,
                         help="workers of 'records': threads (default 1), or on a GPU warps "
-                             "(default: a quarter of the vocabulary); the others ignore it")
+                             "(default: 1/8 / sum of p_i^2, p_i the share of the records "
+                             "naming word i: cuda_records.default_warps); the others ignore it")
     parser.add_argument("--ranks", type=integer(1), default=None,
                         help="processes of hogwild, sharded and ddp (default 2; under "
                              "mpirun: its ranks, and --ranks must agree); records and "
