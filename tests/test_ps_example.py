@@ -71,6 +71,17 @@ def test_a_run_resumed_past_its_steps_says_how_many_clocks_the_model_had(tmp_pat
 
 
 @pytest.mark.timeout(60)
+def test_a_resumed_run_says_its_times_and_counts_are_of_the_clocks_since(tmp_path, capsys):
+    """Its 200 clocks stood beside the time and pushes of the last 100 alone."""
+    options = ["--ranks", "4", "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "5"]
+    ps_mlp.main([*options, "--steps", "10"])
+    capsys.readouterr()
+    assert ps_mlp.main([*options, "--steps", "20"])["clocks"] == 20
+    assert "20 clocks (resumed at clock 10: times and counts are of the clocks since): " \
+        "test accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
 def test_a_straggler_doubles_bsps_modelled_time_and_asp_does_not_wait_for_it():
     plain = ps_mlp.main([*QUICK, "--consistency", "bsp"])
     bsp = ps_mlp.main([*QUICK, "--consistency", "bsp", "--straggler", "3:2"])

@@ -177,7 +177,11 @@ def summary_line(summary: dict, args: argparse.Namespace, ranks: int, modelled: 
     mean = sum(s * n for s, n in reads.items()) / count if count else 0.0
     reached = summary["time_to_target"]
     clock = "modelled s" if modelled else "s"
-    past = f" (resumed past --steps {args.steps})" if summary["clocks"] > args.steps else ""
+    first, past = summary["run"].first_clock, ""
+    if summary["clocks"] > args.steps:
+        past = f" (resumed past --steps {args.steps})"
+    elif first:  # the model's clocks are the whole run's; what was timed and counted, this one's
+        past = f" (resumed at clock {first}: times and counts are of the clocks since)"
     return (f"{args.consistency}{f'({args.staleness})' if args.consistency == 'ssp' else ''}, "
             f"{args.servers} server(s) + {ranks - args.servers} worker(s), {summary['clocks']} "
             f"clocks{past}: "

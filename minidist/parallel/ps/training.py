@@ -66,6 +66,7 @@ class PSRun:
     requests: Counter = field(default_factory=Counter)  # all servers': kind name -> count
     dropped: list[int] = field(default_factory=list)
     seconds: float = 0.0  # modelled (in-process) or real, when the last server finished
+    first_clock: int = 0  # where this run began: 0, or the clock of the checkpoint resumed
     values: np.ndarray | None = None  # the final parameters, layout.flatten's order
 
     def time_to_loss(self, target: float) -> float | None:
@@ -123,7 +124,7 @@ def train_mlp(c: Communicator, steps: int = 200, batch_size: int = 32, hidden: i
                                    batch_size, seed, compute_time, eval_every, on_step,
                                    checkpoint_every))
         values = None
-    result.seconds = _seconds(c, started)
+    result.seconds, result.first_clock = _seconds(c, started), ps.start_clock
     if values is not None:  # rank 0: the final model
         result.values = values
         load_values(model, layout, values)
