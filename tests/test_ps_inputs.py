@@ -47,6 +47,7 @@ def test_a_learning_rate_or_eps_that_is_no_finite_number_is_refused(lr, eps):
     (dict(softsync=1), "softsync", None),
     (dict(optimizer=ServerOptimizer("adam", 0.01)), "optimizer", None),
     (dict(dtype=np.float32), "dtype", None),
+    (dict(dtype="float6"), "dtype", "data type 'float6' not understood"),
 ])
 def test_options_that_differ_on_one_rank_fail_on_every_rank(options, field, here):
     """Rank 0 served as if all went well while the others deadlocked (in-process), or the
@@ -59,6 +60,14 @@ def test_options_that_differ_on_one_rank_fail_on_every_rank(options, field, here
     errors = LocalCluster(4).run(body)
     assert all(f"rank(s) [2] differ from rank 0 in {field}" in e for e in errors)
     assert (here is None or here in errors[2]) and "here:" not in errors[0] + errors[1]
+
+
+def test_two_spellings_of_one_choice_agree():
+    def body(c):
+        spelled = dict(dtype="float64", optimizer=ServerOptimizer()) if c.rank == 2 else {}
+        return ParameterServer(c, LAYOUT, **spelled).dtype
+
+    assert LocalCluster(4).run(body) == [np.dtype(np.float64)] * 4
 
 
 @pytest.mark.parametrize("rule", ["adam", "adagrad"])

@@ -81,10 +81,15 @@ class ParameterServer:
                  dtype: np.dtype | type = np.float64, checkpoint: str | os.PathLike | None = None,
                  resume: bool = False, key_load: np.ndarray | None = None) -> None:
         problem = _problem(c, servers, softsync, deterministic, resume, checkpoint)
-        try:
+        optimizer = optimizer if optimizer is not None else ServerOptimizer()
+        try:  # as the servers will use them, so that two spellings of one choice agree
             rule = make_rule(consistency, staleness)
         except ValueError as err:
             problem, rule = problem or str(err), None
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as err:
+            problem = problem or f"dtype: {err}"
         _same_job_everywhere(c, problem, {
             "servers": servers, "consistency": rule, "softsync": softsync,
             "optimizer": optimizer, "dtype": dtype, "deterministic": deterministic,
@@ -93,8 +98,7 @@ class ParameterServer:
             else zlib.crc32(np.ascontiguousarray(key_load).tobytes())})
         modelled = hasattr(c.stats, "clock")
         self.c, self.layout, self.servers, self.rule = c, layout, servers, rule
-        self.optimizer = optimizer if optimizer is not None else ServerOptimizer()
-        self.softsync, self.dtype = softsync, np.dtype(dtype)
+        self.optimizer, self.softsync, self.dtype = optimizer, softsync, dtype
         self.deterministic = modelled if deterministic is None else deterministic
         self.checkpoint, self.ranges = checkpoint, layout.split(servers, key_load)
         self.start_clock = saved_clock(checkpoint, servers, self.optimizer.rule) \
