@@ -238,3 +238,34 @@ def test_data_parallel_settings_wrong_on_one_rank_are_an_error_on_every_rank(set
     errors = md.launch(body, 3)
     assert all("every rank must hold the same model and settings" in e for e in errors)
     assert re.search(said, errors[1]) and not re.search(said, errors[0] + errors[2])
+
+
+COLLECTIVES = {"allreduce": lambda x, c: comm.allreduce(x, c),
+               "allreduce tree": lambda x, c: comm.allreduce(x, c, algorithm="tree"),
+               "reduce": lambda x, c: comm.reduce(x, c),
+               "reduce_scatter": lambda x, c: comm.reduce_scatter(x, c),
+               "broadcast": lambda x, c: comm.broadcast(x, c),
+               "gather": lambda x, c: comm.gather(x, c),
+               "scatter": lambda x, c: comm.scatter(x, c),
+               "allgather": lambda x, c: comm.allgather(x, c),
+               "alltoall": lambda x, c: comm.alltoall(x, c)}
+
+
+@pytest.mark.parametrize("name, bad", [*((name, "ragged") for name in COLLECTIVES),
+                                       ("allreduce", "tensor"), ("allreduce tree", "tensor")])
+def test_data_that_makes_no_array_on_one_rank_is_named_as_such_on_every_rank(name, bad):
+    """A ragged list stopped broadcast, gather, scatter, allgather and alltoall on its rank
+    alone (np.shape raised before the check: the others waited); the others were told the
+    dtype or length differed, which the stand-in for the bad data made so. (A Tensor is
+    refused by allreduce; the others take its array.)"""
+    wrong = [[1.0, 2.0], [3.0]] if bad == "ragged" else md.Tensor(np.ones((3, 2), np.float32))
+
+    def body(c):
+        with pytest.raises(ValueError) as raised:
+            COLLECTIVES[name](wrong if c.rank == 1 else np.ones((3, 2), np.float32), c)
+        return str(raised.value)
+
+    errors = md.launch(body, 3)
+    assert all("ranks disagree on valid_in" in e for e in errors), errors
+    said = "the data is no array" if bad == "ragged" else "the data is a Tensor"
+    assert said in errors[1] and "here:" not in errors[0] + errors[2]

@@ -234,7 +234,7 @@ def test_bad_arguments_are_named() -> None:
     assert all("6 experts cannot be spread evenly over 4 ranks" in m for m in messages)
     with pytest.raises(ValueError, match="top_k must be between 1 and n_experts = 4"):
         MoE(4, 8, 4, top_k=5)
-    with pytest.raises(ValueError, match="capacity_factor must be positive"):
+    with pytest.raises(ValueError, match="MoE: capacity_factor must be a finite number > 0"):
         MoE(4, 8, 4, capacity_factor=0)
     with pytest.raises(ValueError, match=r"tokens must be \(n, d_model\)"):
         MoE(4, 8, 4)(np.ones((2, 3, 4), np.float32))
@@ -248,9 +248,9 @@ def test_bad_arguments_are_named() -> None:
     (dict(n_experts=-2), "n_experts must be an integer >= 1, got -2"),
     (dict(top_k=1.5), "top_k must be an integer >= 1, got 1.5"),
     (dict(top_k="1"), "top_k must be an integer >= 1, got '1'"),
-    (dict(capacity_factor=math.inf), "capacity_factor must be a finite number >= 0, got inf"),
-    (dict(capacity_factor="1"), "capacity_factor must be a finite number >= 0, got '1'"),
-    (dict(capacity_factor=-1.0), "capacity_factor must be a finite number >= 0, got -1.0"),
+    (dict(capacity_factor=math.inf), "MoE: capacity_factor must be a finite number > 0, got inf"),
+    (dict(capacity_factor="1"), "MoE: capacity_factor must be a finite number > 0, got '1'"),
+    (dict(capacity_factor=-1.0), "MoE: capacity_factor must be a finite number > 0, got -1.0"),
 ])
 def test_sizes_and_capacity_are_checked_at_construction_on_every_rank(kwargs, message) -> None:
     """top_k=1.5 and capacity_factor=inf were accepted, then failed in the first forward."""

@@ -61,24 +61,19 @@ def test_resuming_with_another_server_count_or_optimiser_says_so_on_every_rank(
 
 
 @pytest.mark.timeout(60)
-def test_a_run_resumed_past_its_steps_says_how_many_clocks_the_model_had(tmp_path, capsys):
-    """It printed "10 clocks" for the 20-clock model it scored."""
+@pytest.mark.parametrize("first, then, said", [
+    (20, 10, "20 clocks (resumed past --steps 10): test accuracy"),
+    (10, 20, "20 clocks (resumed at clock 10: times and counts are of the clocks since): "
+             "test accuracy"),
+])
+def test_a_resumed_run_says_what_its_figures_cover(tmp_path, capsys, first, then, said):
+    """Past its steps it printed "10 clocks" for the 20-clock model it scored; resumed at
+    10, its 20 clocks stood beside the time and pushes of the last 10 alone."""
     options = ["--ranks", "4", "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "5"]
-    ps_mlp.main([*options, "--steps", "20"])
+    ps_mlp.main([*options, "--steps", str(first)])
     capsys.readouterr()
-    assert ps_mlp.main([*options, "--steps", "10"])["clocks"] == 20
-    assert "20 clocks (resumed past --steps 10): test accuracy" in capsys.readouterr().out
-
-
-@pytest.mark.timeout(60)
-def test_a_resumed_run_says_its_times_and_counts_are_of_the_clocks_since(tmp_path, capsys):
-    """Its 200 clocks stood beside the time and pushes of the last 100 alone."""
-    options = ["--ranks", "4", "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "5"]
-    ps_mlp.main([*options, "--steps", "10"])
-    capsys.readouterr()
-    assert ps_mlp.main([*options, "--steps", "20"])["clocks"] == 20
-    assert "20 clocks (resumed at clock 10: times and counts are of the clocks since): " \
-        "test accuracy" in capsys.readouterr().out
+    assert ps_mlp.main([*options, "--steps", str(then)])["clocks"] == 20
+    assert said in capsys.readouterr().out
 
 
 @pytest.mark.timeout(60)

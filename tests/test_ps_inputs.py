@@ -64,7 +64,8 @@ def test_options_that_differ_on_one_rank_fail_on_every_rank(options, field, here
 
 def test_two_spellings_of_one_choice_agree():
     def body(c):
-        spelled = dict(dtype="float64", optimizer=ServerOptimizer()) if c.rank == 2 else {}
+        spelled = dict(dtype="float64", optimizer=ServerOptimizer(), deterministic=True) \
+            if c.rank == 2 else {}  # in-process, deterministic's default is True
         return ParameterServer(c, LAYOUT, **spelled).dtype
 
     assert LocalCluster(4).run(body) == [np.dtype(np.float64)] * 4

@@ -29,6 +29,7 @@ from minidist.util.mpiexec import (
     run_module_under_mpi,
 )
 from minidist.util.processes import stop_process_tree
+from minidist.util.values import positive
 
 # ---------------------------------------------------------------- the epoch shuffle
 
@@ -310,3 +311,12 @@ def test_importing_the_library_packages_registers_every_answer():
             for which in ("packages", "all")]
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     assert runs[0].stdout == runs[1].stdout
+
+
+@pytest.mark.parametrize("value", [0, -1.5, float("inf"), float("nan"), True, "2"])
+def test_positive_refuses_what_is_not_a_finite_number_above_zero_in_one_sentence(value):
+    """GloVe's x_max said '>= 0' for inf and True, MoE's capacity_factor for -1: finite's
+    words, where 0 is refused too."""
+    with pytest.raises(ValueError, match=r"^x_max must be a finite number > 0, got "):
+        positive("x_max", value)
+    assert positive("x_max", 2) == 2.0

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minidist.glove.model import ETA, GloVe, Records, check_ids, positive, require_host
+from minidist.glove.model import ETA, GloVe, Records, check_ids, require_host
 from minidist.glove.training import Strategy, fit
 from minidist.parallel.hogwild import EpochSync, HogwildRun, SharedArrays, run_hogwild
 from minidist.util import chunk_bounds
+from minidist.util.values import positive
 
 MODEL_FIELDS = ("word", "context", "word_gradsq", "context_gradsq")
 RECORD_FIELDS = ("row", "col", "weight", "log_x")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from numbers import Real
 from types import ModuleType
 from typing import Any
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from minidist import backend
 from minidist.util.answers import lab_answer
-from minidist.util.values import finite
+from minidist.util.values import finite, positive
 
 X_MAX, ALPHA, ETA = 100.0, 0.75, 0.05
 GRAD_CLIP = 100.0  # glove.c's -grad-clip: each component of a vector's gradient, at most 100
@@ -57,13 +56,6 @@ def weighting_options(x_max: object, alpha: object) -> tuple[float, float]:
     """(x_max, alpha) as floats: x_max a finite number > 0, alpha one >= 0 (0: f = 1).
     An x_max <= 0 makes f NaN, or 1 for every record by glove.c's ``x > x_max ? 1 : ...``."""
     return positive("x_max", x_max), finite("alpha", alpha)
-
-
-def positive(name: str, value: object) -> float:
-    """``value`` as a float, when it is a finite real number > 0 (x_max, eta)."""
-    if not (isinstance(value, Real) and value > 0):  # a NaN is not > 0 either
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return finite(name, value)  # refuses an infinity and a bool
 
 
 def adagrad_columns(dim: int, eta: float = ETA) -> tuple[np.ndarray, np.ndarray]:

@@ -52,13 +52,13 @@ from minidist.glove.model import (
     GRAD_CLIP,
     X_MAX,
     GloVe,
-    positive,
     require_host,
     weighting_options,
 )
 from minidist.glove.recordfile import CHUNK, RECORD, RecordFile, record_chunks
 from minidist.optim.adagrad import glove_c_update
 from minidist.util import chunk_bounds
+from minidist.util.values import positive
 
 
 def sgd_records(word: np.ndarray, context: np.ndarray, word_gradsq: np.ndarray,

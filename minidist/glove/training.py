@@ -37,10 +37,11 @@ import numpy as np
 
 from minidist import backend
 from minidist.glove.gradients import SparseGradients, batch_gradients
-from minidist.glove.model import ETA, GloVe, Records, adagrad_columns, check_ids, positive
+from minidist.glove.model import ETA, GloVe, Records, adagrad_columns, check_ids
 from minidist.optim.adagrad import adagrad_rows
 from minidist.util import epoch_order  # the shuffle of an epoch, the same in every process
 from minidist.util.answers import lab_answer
+from minidist.util.values import positive
 
 
 @lab_answer("lab05_adagrad")

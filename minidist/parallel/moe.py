@@ -69,7 +69,7 @@ from minidist.nn import MLP, Linear, Module, ModuleList, init
 from minidist.nn.functional import as_tensor
 from minidist.parallel import grid
 from minidist.util.answers import lab_answer
-from minidist.util.values import finite, whole
+from minidist.util.values import positive, whole
 
 
 class AllToAll(Function):
@@ -171,9 +171,8 @@ class MoE(Module):
         if top_k > n_experts:
             raise ValueError(f"MoE: top_k must be between 1 and n_experts = {n_experts}, "
                              f"got {top_k}")
-        if capacity_factor is not None and not finite("capacity_factor", capacity_factor) > 0:
-            raise ValueError(f"MoE: capacity_factor must be positive (or None: no limit), "
-                             f"got {capacity_factor}")
+        if capacity_factor is not None:  # None: no limit
+            capacity_factor = positive("MoE: capacity_factor", capacity_factor)
         rng = init.resolve_rng(rng)
         self.comm, self.n_experts, self.top_k = c, n_experts, top_k
         self.capacity_factor, self.d_model = capacity_factor, d_model

@@ -4,6 +4,7 @@ command lines).
 
     world_size = whole("world_size", world_size, least=1)
     delay = finite("delay", delay, least=0.0)
+    eta = positive("eta", eta)
 """
 
 from __future__ import annotations
@@ -25,3 +26,14 @@ def finite(name: str, value: object, least: float = 0.0) -> float:
             or value < least:
         raise ValueError(f"{name} must be a finite number >= {least:g}, got {value!r}")
     return float(value)
+
+
+def positive(name: str, value: object) -> float:
+    """``value`` as a float, when it is a finite real number > 0 (not a bool)."""
+    try:
+        number = finite(name, value)
+    except ValueError:
+        number = 0.0
+    if number <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number

@@ -265,8 +265,15 @@ def _exchange(c: Communicator, what: str, dtype: np.dtype, op: object, fields: d
 
 def _raise_disagreement(c: Communicator, what: str, dtype: np.dtype, op: object,
                         fields: dict, reduced: np.ndarray) -> None:
-    """Name the first field on which the ranks disagree (the same one on every rank)."""
-    for i, name in enumerate(("collective", "dtype", "op", *fields)):
+    """Name the first field on which the ranks disagree (the same one on every rank): the
+    collective first (other collectives' fields mean other things), then a ``valid_...``
+    field (data, ``out=`` or counts that one rank got wrong: its stand-in differs in
+    dtype and length too, which would only mislead the others)."""
+    names = ("collective", "dtype", "op", *fields)
+    order = sorted(range(len(names)),
+                   key=lambda i: (i > 0, not names[i].startswith("valid_")))
+    for i in order:
+        name = names[i]
         largest, smallest = int(reduced[i]), -int(reduced[MAX_FIELDS + i])
         if largest != smallest:
             value = {"collective": what, "dtype": np.dtype(dtype).name, "op": op}.get(name)

@@ -38,7 +38,7 @@ from minidist.comm.collectives.basic import (
     scatter_linear,
 )
 from minidist.comm.collectives.staging import staged
-from minidist.comm.transport.communicator import Communicator
+from minidist.comm.transport.communicator import Communicator, is_rank
 
 __all__ = ["broadcast", "reduce", "gather", "scatter", "allgather", "reduce_scatter",
            "alltoall", "alltoallv", "barrier"]
@@ -51,13 +51,14 @@ NO_ROOT = object()  # a collective without a root (allgather, ...); None is a wr
 
 def agreed(c: Communicator, what: str, arr: np.ndarray, op: object = NO_OP,
            check: bool = True, root: object = NO_ROOT, rows: bool = False,
-           **fields: int | tuple) -> np.ndarray:
+           shaped: bool = False, **fields: int | tuple) -> np.ndarray:
     """``arr`` as a C-contiguous array (copied only if it is not one), once every rank
-    agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows`` and
-    ``fields``. Any mismatch or bad value raises the same error on every rank."""
+    agrees on the call: length, dtype, ``op``, ``root``, a first axis of P ``rows``,
+    ``fields`` and, if ``shaped``, the array's shape. Any mismatch or bad value raises
+    the same error on every rank."""
     arr, problem = as_array(arr)
-    first = {"valid_in": int(not problem)}  # checked before ``fields`` (a shape): the
-    # error names the field at fault
+    first = {"valid_in": int(not problem)}  # before ``fields`` (a shape); the agreement
+    # names a valid_ field first when it differs
     if root is not NO_ROOT:  # a root that is no rank (True, 2**70, 1.0) travels as -1
         first["root"] = int(root) if is_rank(root, c.size) else -1
         if first["root"] < 0:
@@ -65,7 +66,7 @@ def agreed(c: Communicator, what: str, arr: np.ndarray, op: object = NO_OP,
                                  f"{c.size}"
     if rows:
         first["leading"] = arr.shape[0] if arr.ndim else -1
-    fields = {**first, **fields}
+    fields = {**first, **fields, **({"shape": arr.shape} if shaped else {})}
     try:
         check_same_everywhere(c.private(), what, arr.dtype, op, check, length=arr.size,
                               **fields)
@@ -79,12 +80,6 @@ def agreed(c: Communicator, what: str, arr: np.ndarray, op: object = NO_OP,
         raise ValueError(f"{what}: the array needs a first axis of length P = {c.size}, "
                          f"got shape {arr.shape}")
     return arr
-
-
-def is_rank(root: object, size: int) -> bool:
-    """Whether ``root`` names a rank of ``size``: an integer in 0..size-1, not a bool."""
-    return isinstance(root, int | np.integer) and not isinstance(root, bool | np.bool_) \
-        and 0 <= root < size
 
 
 def with_array_rows(arr: np.ndarray, rows_axis: int) -> np.ndarray:
@@ -104,7 +99,7 @@ def broadcast(arr: np.ndarray, c: Communicator, root: int = 0, algorithm: str = 
         return staged(broadcast, arr, c, root, algorithm, check=check)
     schedule = list(BROADCASTS).index(algorithm) + 1 \
         if isinstance(algorithm, str) and algorithm in BROADCASTS else 0
-    arr = agreed(c, "broadcast", arr, NO_OP, check, root, schedule=schedule, shape=np.shape(arr))
+    arr = agreed(c, "broadcast", arr, NO_OP, check, root, schedule=schedule, shaped=True)
     if not schedule:
         raise ValueError(f"broadcast: unknown algorithm {algorithm!r}; use one of "
                          f"{list(BROADCASTS)}")
@@ -126,7 +121,7 @@ def gather(arr: np.ndarray, c: Communicator, root: int = 0,
     (:func:`gather_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(gather, arr, c, root, check=check)
-    arr = agreed(c, "gather", arr, NO_OP, check, root, shape=np.shape(arr))
+    arr = agreed(c, "gather", arr, NO_OP, check, root, shaped=True)
     out = gather_linear(with_array_rows(arr, 0), c.private(), root)
     return None if out is None else out.reshape(c.size, *arr.shape)
 
@@ -136,7 +131,7 @@ def scatter(arr: np.ndarray, c: Communicator, root: int = 0, *, check: bool = Tr
     same shape) (:func:`scatter_linear`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(scatter, arr, c, root, check=check)
-    arr = agreed(c, "scatter", arr, NO_OP, check, root, rows=True, shape=np.shape(arr))
+    arr = agreed(c, "scatter", arr, NO_OP, check, root, rows=True, shaped=True)
     return scatter_linear(with_array_rows(arr, 1), c.private(), root).reshape(arr.shape[1:])
 
 
@@ -144,7 +139,7 @@ def allgather(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.nda
     """Every rank's ``arr`` stacked on every rank, ``(P, *arr.shape)`` (:func:`allgather_ring`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(allgather, arr, c, check=check)
-    arr = agreed(c, "allgather", arr, NO_OP, check, shape=np.shape(arr))
+    arr = agreed(c, "allgather", arr, NO_OP, check, shaped=True)
     return allgather_ring(with_array_rows(arr, 0), c.private()).reshape(c.size, *arr.shape)
 
 
@@ -163,7 +158,7 @@ def alltoall(arr: np.ndarray, c: Communicator, *, check: bool = True) -> np.ndar
     i's row (:func:`alltoall_pairwise`)."""
     if backend.on_device(arr):  # a device array: through host copies (staging.py)
         return staged(alltoall, arr, c, check=check)
-    arr = agreed(c, "alltoall", arr, NO_OP, check, rows=True, shape=np.shape(arr))
+    arr = agreed(c, "alltoall", arr, NO_OP, check, rows=True, shaped=True)
     return alltoall_pairwise(with_array_rows(arr, 1), c.private()).reshape(arr.shape)
 
 

@@ -31,11 +31,11 @@ import itertools
 import threading
 import traceback
 from collections.abc import Callable, Mapping
-from numbers import Integral
 from typing import Any
 
 from minidist.comm.cost.network import NetworkModel
 from minidist.comm.errors import CommError, RankError, RankFailure
+from minidist.comm.transport.communicator import is_rank
 from minidist.comm.transport.fabric import Fabric
 from minidist.comm.transport.local import LocalCommunicator, RankState, Straggler
 from minidist.comm.transport.scheduler import run_ranks
@@ -65,8 +65,7 @@ class LocalCluster:
                  eager_limit: int | None = None, trace: bool | None = None) -> None:
         world_size = whole("world_size", world_size, least=1)
         for rank in [*(stragglers or {}), *(failures or {})]:
-            if isinstance(rank, bool) or not isinstance(rank, Integral) \
-                    or not 0 <= rank < world_size:
+            if not is_rank(rank, world_size):
                 raise ValueError(f"straggler/failure for rank {rank!r}, but ranks are "
                                  f"0..{world_size - 1}")
         self.world_size = world_size

@@ -22,12 +22,18 @@ T = TypeVar("T")
 SCRATCH_KEPT_FROM = 1 << 16  # bytes: scratch() keeps buffers from this size up
 
 
+def is_rank(value: object, size: int) -> bool:
+    """Whether ``value`` names a rank of a communicator of ``size``: an integer (Python's or
+    numpy's, not a bool) in ``0..size-1``."""
+    return (type(value) is int or isinstance(value, np.integer)) and 0 <= value < size
+
+
 def check_point_to_point(rank: int, size: int, kind: str, peer: int, tag: int,
                          buf: object) -> None:
     """What a transport refuses of a send or receive, in the same words on every
     transport that checks in Python: a peer that is not an integer in ``0..size-1``, a
     tag that is not an integer >= 0, a buffer that is not a C-contiguous numpy array."""
-    if type(peer) is not int and not isinstance(peer, np.integer) or not 0 <= peer < size:
+    if not is_rank(peer, size):
         raise ValueError(f"rank {rank}: {kind} with rank {peer!r}, "
                          f"but the communicator has ranks 0..{size - 1}")
     if not isinstance(tag, (int, np.integer)) or tag < 0:

@@ -81,7 +81,9 @@ class ParameterServer:
                  dtype: np.dtype | type = np.float64, checkpoint: str | os.PathLike | None = None,
                  resume: bool = False, key_load: np.ndarray | None = None) -> None:
         problem = _problem(c, servers, softsync, deterministic, resume, checkpoint)
+        modelled = hasattr(c.stats, "clock")
         optimizer = optimizer if optimizer is not None else ServerOptimizer()
+        deterministic = modelled if deterministic is None else deterministic
         try:  # as the servers will use them, so that two spellings of one choice agree
             rule = make_rule(consistency, staleness)
         except ValueError as err:
@@ -96,10 +98,9 @@ class ParameterServer:
             "checkpoint and resume": (str(checkpoint), resume),
             "key layout": layout.tables, "key_load": None if key_load is None
             else zlib.crc32(np.ascontiguousarray(key_load).tobytes())})
-        modelled = hasattr(c.stats, "clock")
         self.c, self.layout, self.servers, self.rule = c, layout, servers, rule
         self.optimizer, self.softsync, self.dtype = optimizer, softsync, dtype
-        self.deterministic = modelled if deterministic is None else deterministic
+        self.deterministic = deterministic
         self.checkpoint, self.ranges = checkpoint, layout.split(servers, key_load)
         self.start_clock = saved_clock(checkpoint, servers, self.optimizer.rule) \
             if resume else 0
