@@ -9,7 +9,14 @@ import pytest
 
 import minidist as md
 from minidist.nn import MLP
-from minidist.parallel.pipeline import Pipeline, check_schedule, gpipe, naive, one_f_one_b
+from minidist.parallel.pipeline import (
+    Pipeline,
+    bubble_formula,
+    check_schedule,
+    gpipe,
+    naive,
+    one_f_one_b,
+)
 
 BAD_COUNTS = [0, -1, 2.5, 2.0, "4", None, True]
 
@@ -31,7 +38,7 @@ def test_pipeline_refuses_a_bad_micro_batch_count_on_every_rank(micro_batches, s
     assert md.launch(rank, 2, backend="local", timeout=30) == [True, True]
 
 
-@pytest.mark.parametrize("make", [naive, gpipe, one_f_one_b])
+@pytest.mark.parametrize("make", [naive, gpipe, one_f_one_b, bubble_formula])
 @pytest.mark.parametrize("count", BAD_COUNTS)
 def test_schedules_refuse_bad_sizes_by_name(make, count):
     with pytest.raises(ValueError, match=message("micro_batches", count)):

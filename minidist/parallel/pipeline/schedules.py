@@ -103,6 +103,7 @@ def format_schedule(schedule: Schedule) -> str:
 
 def bubble_formula(stages: int, micro_batches: int) -> float:
     """GPipe's idle fraction of every stage: (K-1)/(M+K-1)."""
+    _check_sizes(stages, micro_batches)  # 0 stages and 1 micro-batch divided by zero
     return (stages - 1) / (micro_batches + stages - 1)
 
 
