@@ -106,12 +106,6 @@ def _gantt(schedule: str, path) -> None:
                else f"(K−1)/(M+K−1) = {bubble_formula(stages, micro):.0%}")
     fig = plot_gantt(traces, None, title=f"{schedule}, K = {stages} stages, M = {micro} "
                      f"micro-batches (modelled clock; idle {formula})")
-    # minidist.viz puts the legend above the axes, where a long title runs into it:
-    # here it goes under the time axis, right of its label
-    ax = fig.axes[0]
-    legend = ax.get_legend()
-    ax.legend(handles=legend.legend_handles, loc="upper right", bbox_to_anchor=(1.0, -0.07),
-              ncol=len(legend.legend_handles), fontsize="small", frameon=False)
     save(fig, path, dpi=110)
 
 

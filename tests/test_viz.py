@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from minidist.viz import plot_timeline, summarize
+from minidist.parallel.pipeline.schedules import gpipe, simulate
+from minidist.viz import plot_gantt, plot_timeline, summarize
+from minidist.viz.figure import pyplot
 
 
 def test_timeline_draws_one_bar_per_interval_and_saves_a_png(tmp_path):
@@ -22,3 +24,18 @@ def test_timeline_crops_to_the_window_asked_for():
     traces = [[("compute", "main", 0.0, 1.0), ("compute", "main", 2.0, 3.0)]]
     ax = plot_timeline(traces, start=1.5, end=3.0).axes[0]
     assert len(ax.collections) == 1 and ax.get_xlim() == (1.5, 3.0)
+
+
+def test_a_gantt_charts_title_never_runs_into_its_legend():
+    """With M <= 4 the figure is narrow, and the title, on the legend's line, ran under it."""
+    for micro in (1, 2, 4, 8):
+        traces = [[(str(step), start, end) for step, start, end in rank]
+                  for rank in simulate(gpipe(2, micro))]
+        fig = plot_gantt(traces, None, title=f"gpipe, K = 2, M = {micro}: the last mini-batch")
+        fig.canvas.draw()
+        renderer, ax = fig.canvas.get_renderer(), fig.axes[0]
+        title = ax._left_title.get_window_extent(renderer)
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not title.overlaps(legend) and title.y0 >= legend.y1 - 1, micro
+        assert fig.bbox.contains(title.x1 - 1, title.y1 - 1), micro  # not cut off
+        pyplot().close(fig)

@@ -3,7 +3,7 @@
 ``pyplot()`` imports matplotlib's pyplot on first use, with the file-only
 "Agg" backend unless a backend was chosen already (a notebook's inline one),
 so plotting works on a cluster node without a display. ``finish`` puts the
-title and the legend above the axes, saves a PNG when given a path (and
+legend right above the axes and the title above it, saves a PNG when given a path (and
 closes the figure: a script drawing many leaks none) and returns the figure;
 ``save`` is that last part alone.
 """
@@ -29,10 +29,12 @@ def finish(fig, ax, title: str, legend: dict[str, str], path: str | os.PathLike 
     """Title, a legend of ``{label: colour}`` patches above the axes, save to ``path``."""
     from matplotlib.patches import Patch
 
-    ax.set_title(title, loc="left")
+    # the legend on a line of its own right above the axes, the title above it: side by
+    # side, a long title ran under the legend of a narrow figure
     ax.legend(handles=[Patch(color=color, label=label) for label, color in legend.items()],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
-              frameon=False)
+              loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(legend),
+              fontsize="small", frameon=False, borderaxespad=0.2)
+    ax.set_title(title, loc="left", pad=22)
     if path is not None:
         save(fig, path)
     else:
