@@ -48,7 +48,7 @@ def test_output_file_makes_its_folder_and_refuses_a_folder_or_an_unwritable_plac
 def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):
     for name in ("plot.png", "plot.PDF", "deep/plot.svg"):
         assert image_file(str(tmp_path / name)) == str(tmp_path / name)
-    for name in ("plot.txt", "plot"):
+    for name in ("plot.txt", "plot", "plot.pgf"):  # .pgf wants TeX: a traceback at the end
         with pytest.raises(argparse.ArgumentTypeError, match="name the plot's file with one of"):
             image_file(str(tmp_path / name))
 
@@ -65,6 +65,8 @@ def test_image_file_wants_a_suffix_matplotlib_saves(tmp_path):
                                                              "cannot make '/proc/x/ck'"),
     ("examples.ps_mlp", ["--checkpoint-dir", "/dev/null"], "argument --checkpoint-dir: "
                                                            "'/dev/null' is a file, not a folder"),
+    ("examples.ps_hotspots", ["--race", "--plot", "race.png"], "--plot draws the hot-spot "
+                                                                 "load chart; --race prints"),
     ("bench.allreduce", ["--sizes", "6,64"], "--sizes 6: not a whole number of float32 values"),
     ("bench.allreduce", ["--max-size", "100", "--dtype", "float64"], "--sizes 100: not a whole"),
 ])

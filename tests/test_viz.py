@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from minidist.parallel.pipeline.schedules import gpipe, simulate
 from minidist.viz import plot_gantt, plot_timeline, summarize
 from minidist.viz.figure import pyplot
+from minidist.viz.scaling import plot_scaling
 
 
 def test_timeline_draws_one_bar_per_interval_and_saves_a_png(tmp_path):
@@ -39,3 +42,31 @@ def test_a_gantt_charts_title_never_runs_into_its_legend():
         assert not title.overlaps(legend) and title.y0 >= legend.y1 - 1, micro
         assert fig.bbox.contains(title.x1 - 1, title.y1 - 1), micro  # not cut off
         pyplot().close(fig)
+
+
+def test_the_scaling_plot_keeps_every_line_in_sight():
+    """ps takes the ring's times (and naive the ring's at 8 B): drawn under it, solid, they
+    were in the legend and nowhere else."""
+    from minidist.bench.scaling import sweep
+    from minidist.comm import NetworkModel
+
+    ranks = [2, 4, 8]
+    fig = plot_scaling(sweep(NetworkModel(), [8, 1 << 26], ranks), ranks)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    ring = lines["ring"]
+    for name in ("ps (= ring)", "naive"):
+        assert lines[name].get_zorder() > ring.get_zorder()
+        assert lines[name].get_linestyle() == "--"
+    pyplot().close(fig)
+
+
+def test_the_hot_spot_chart_keeps_its_legend_off_the_bars():
+    """With two servers the legend, inside the axes, hid a bar."""
+    from minidist.examples import ps_hotspots
+
+    runs = {name: (np.array([3e5, 4e5]), 0.9) for name in ("plain ranges", "both")}
+    fig = ps_hotspots.plot(runs, None)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.get_legend().get_window_extent().y0 >= ax.get_window_extent().y1 - 1
+    pyplot().close(fig)

@@ -29,6 +29,7 @@ from minidist.comm import LocalCluster
 from minidist.examples.options import image_file, integer
 from minidist.parallel.ps.hotspots import assemble, mf_layout, ratings, rmse, train_mf
 from minidist.parallel.ps.sparse_race import race
+from minidist.viz.figure import pyplot, save
 
 SCHEMES = {"plain ranges": (0, False), "hot keys replicated": (256, False),
            "ranges by load": (0, True), "both": (256, True)}
@@ -55,24 +56,22 @@ def hot_spot_runs(servers: int, workers: int, steps: int, seed: int,
     return runs, "\n".join(lines)
 
 
-def plot(runs: dict[str, tuple[np.ndarray, float]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+def plot(runs: dict[str, tuple[np.ndarray, float]], path: str | None):
+    """Bars of each scheme's load per server; saved to ``path`` (and closed), the figure
+    returned."""
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     width = 0.8 / len(runs)
     for k, (name, (load, _)) in enumerate(runs.items()):
         ax.bar(np.arange(load.size) + k * width, load / 1e6, width, label=name)
     ax.set_xticks(np.arange(load.size) + 0.4 - width / 2,
                   [f"server {s}" for s in range(load.size)])
     ax.set_ylabel("MB moved (received + sent)")
-    ax.set_title("Load per server: power-law ids on key ranges")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.set_title("Load per server: power-law ids on key ranges", pad=22)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(runs), frameon=False,
+              fontsize="small")  # above the bars: inside, it hid one of two servers' bars
+    if path is not None:
+        save(fig, path)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -86,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="Hogwild against a parameter server instead")
     parser.add_argument("--race-steps", type=integer(1), default=200)
     args = parser.parse_args(argv)
+    if args.race and args.plot:
+        parser.error("--plot draws the hot-spot load chart; --race prints its figures only")
     if args.race:
         untrained, results = race(workers=min(args.workers, 2), steps=args.race_steps,
                                   seed=args.seed)

@@ -92,7 +92,8 @@ def _writable_folder(folder: Path, named: str) -> None:
 
 
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".webp", ".gif", ".tif", ".tiff",
-                  ".eps", ".ps", ".svgz", ".pgf")  # what matplotlib's savefig writes
+                  ".eps", ".ps", ".svgz")  # what matplotlib's savefig writes by itself (its
+# .pgf needs a TeX installation, found missing only when the run ends)
 
 
 def image_file(text: str) -> str:
