@@ -43,6 +43,7 @@ from minidist.util.download import (
     cache_folder,
     fetch,
     file_digest,
+    temporary_path,
     urlopen_with_timeout,
 )
 
@@ -193,8 +194,11 @@ def download_text8(cache_dir: str | os.PathLike | None = None, url: str = TEXT8_
     folder = Path(cache_dir) if cache_dir is not None else cache_folder("text8")
     target = fetch(url, folder / "text8", verify_text8, opener, unpack=unzip_text8)
     record = folder / TEXT8_SHA256_FILE
-    if not record.exists():
-        partial = folder / (TEXT8_SHA256_FILE + ".part")
-        partial.write_text(file_digest(target) + "\n")
-        os.replace(partial, record)
+    if not record.exists():  # another rank may be writing it too: each its own file
+        partial = temporary_path(record, ".part")
+        try:
+            partial.write_text(file_digest(target) + "\n")
+            os.replace(partial, record)
+        finally:
+            partial.unlink(missing_ok=True)
     return target

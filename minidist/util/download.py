@@ -5,11 +5,17 @@
 
 1. A file already at the target that passes the check is used as it is; a
    damaged one is removed.
-2. Otherwise each URL in turn is streamed to ``NAME.download``; ``unpack``,
-   if given, makes the file to keep from it (text8: one member of a zip) as
-   ``NAME.part``; that file is checked, then renamed to ``NAME``. The rename
-   is atomic, so the cache never holds a half-written file under the real
-   name, even if the process is killed mid-download.
+2. Otherwise each URL in turn is streamed to a file of this call's own,
+   ``NAME.<pid>-<random>.download``; ``unpack``, if given, makes the file to
+   keep from it (text8: one member of a zip) as ``NAME.<pid>-<random>.part``;
+   that file is checked, then renamed to ``NAME``. The rename is atomic, so
+   the cache never holds a half-written file under the real name, even if
+   the process is killed mid-download; and processes that fetch one file at
+   once (the ranks of one job) each write their own copy, the last rename
+   replacing a verified file with an identical one. A call removes its own
+   temporary files, and those nobody has written for STALE_AFTER_S (left by
+   a killed process: a live download writes at least every
+   DOWNLOAD_TIMEOUT_S).
 3. A URL that fails (a network error, a wrong checksum) moves on to the
    next; when all fail, :class:`DownloadError` names each URL and what went
    wrong there, and the folder to copy the file into by hand.
@@ -22,14 +28,19 @@ Tests never touch the network: they pass ``file://`` URLs or a fake ``opener``.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
+import secrets
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 DOWNLOAD_TIMEOUT_S = 60
+STALE_AFTER_S = 3600  # a temporary file untouched this long belongs to no live download
+TEMPORARY_SUFFIXES = (".download", ".part")
 
 Opener = Callable[[str], BinaryIO]
 Check = str | Callable[[Path], None]
@@ -103,14 +114,16 @@ def fetch(urls: str | Sequence[str], target: str | os.PathLike, check: Check,
         known_hash(check)  # a malformed hash is the caller's error, not a failed download
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():                                             # 1. the cached copy
-        try:
-            verify(target, check)
-            return target
-        except ChecksumError:
-            target.unlink()  # a stale or damaged copy: fetch it again
-    downloaded = target.with_name(target.name + ".download")
-    partial = target.with_name(target.name + ".part") if unpack else downloaded
+    try:                                                            # 1. the cached copy
+        verify(target, check)
+        return target
+    except FileNotFoundError:
+        pass  # not cached (or removed, as damaged, by another process meanwhile)
+    except ChecksumError:
+        target.unlink(missing_ok=True)  # a stale or damaged copy: fetch it again
+    remove_stale_temporaries(target)
+    downloaded = temporary_path(target, ".download")
+    partial = temporary_path(target, ".part") if unpack else downloaded
     failures = []
     for url in [urls] if isinstance(urls, str) else urls:           # 2. each URL in turn
         try:
@@ -129,3 +142,21 @@ def fetch(urls: str | Sequence[str], target: str | os.PathLike, check: Check,
     raise DownloadError(f"could not download {target.name} (is the network up?):\n"  # 3.
                         + "\n".join(failures)
                         + f"\nor copy {target.name} into {target.parent} by hand")
+
+
+def temporary_path(target: Path, suffix: str) -> Path:
+    """A name beside ``target`` that no other process or thread uses:
+    ``NAME.<pid>-<random><suffix>`` (suffix one of TEMPORARY_SUFFIXES)."""
+    return target.with_name(f"{target.name}.{os.getpid()}-{secrets.token_hex(8)}{suffix}")
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Remove the temporary files of ``target`` that nobody has written for STALE_AFTER_S:
+    those of a killed download (another live download's are newer, and are kept)."""
+    for suffix in TEMPORARY_SUFFIXES:
+        for path in target.parent.glob(f"{glob.escape(target.name)}.*-*{suffix}"):
+            try:
+                if time.time() - path.stat().st_mtime > STALE_AFTER_S:
+                    path.unlink()
+            except FileNotFoundError:
+                pass  # removed meanwhile by another process
