@@ -60,6 +60,7 @@ from minidist.data.sorted_counts import merge_counts, run_starts, sum_sorted_dup
 from minidist.data.vocab import Vocabulary, build_vocab
 from minidist.util.arguments import integer, output_file, path_or
 from minidist.util.download import DownloadError
+from minidist.util.values import whole
 
 CHUNK_TOKENS = 1 << 20
 
@@ -207,7 +208,7 @@ def zipf_cooccurrence(vocab_size: int, draws: int, seed: int = 0,
                       count_scale: float = 40.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Random distinct (i, j) pairs with Zipfian word ids and counts spread around x_max:
     a stand-in for a corpus's co-occurrences in tests and benchmarks. ``(row, col, val)``."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(whole("seed", seed))
     p = 1.0 / np.arange(1, vocab_size + 1)
     p /= p.sum()
     key = np.unique(rng.choice(vocab_size, draws, p=p) * vocab_size

@@ -79,7 +79,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float,
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
     labels = to_numpy(labels)  # the split is decided on the host (a device's, copied)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(whole("seed", seed))  # None would differ rank to rank
     train_parts, test_parts = [], []
     for label in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == label))

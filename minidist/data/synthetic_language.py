@@ -51,6 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 from minidist.data.synthetic_corpus import SyntheticCorpus
+from minidist.util.values import whole
 
 # Each family: (section name, marker words of form 0, of form 1, "form0 form1" pairs).
 FAMILIES = [
@@ -160,6 +161,7 @@ def generate_corpus(seed: int = 0, num_tokens: int = 2_000_000, topic_draws: int
 
     Cost: O(num_tokens).
     """
+    seed = whole("seed", seed)  # None would be a new language every call
     rng = np.random.default_rng(seed)
     pairs = {name: [tuple(pair.split(":")) for pair in text.split()]
              for name, _, _, text in FAMILIES}
