@@ -23,10 +23,13 @@ similar (``tests/test_ddp.py`` checks it).
 step is a collective: a rank with one batch fewer would leave the others
 waiting forever). Two choices, as in PyTorch:
 
-- ``drop_last=False`` (default): pad the permutation by *wrapping around*
-  to a multiple of P, so each rank gets ceil(N / P) samples; the first
-  ``P·ceil(N/P) - N`` samples of the epoch are read twice (shards are
-  disjoint only when P divides N).
+- ``drop_last=False`` (default): pad the permutation to a multiple of P by
+  *wrapping around* to its start, as often as it takes, so each rank gets
+  ceil(N / P) samples. With N >= P the first ``P·ceil(N/P) - N`` (< P)
+  samples of the epoch are read twice; with fewer samples than ranks the
+  order wraps more than once, and a sample is read up to ceil(P / N) times
+  (N = 2, P = 5: the first three times, the second twice). Shards are
+  disjoint only when P divides N.
 - ``drop_last=True``: drop the tail of the permutation, so each rank gets
   floor(N / P) samples; up to P - 1 samples are skipped this epoch (a
   different few each epoch, since the order changes).
