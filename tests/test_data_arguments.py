@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minidist.data import load_digits, split_dataset, stratified_split
+from minidist.data import load_digits, split_dataset, standardize, stratified_split
 from minidist.data.characters import CharacterText
 from minidist.data.cooccur import zipf_cooccurrence
 from minidist.data.dataset import Dataset
@@ -37,3 +37,25 @@ def test_the_same_seed_gives_the_same_split():
     first, again = stratified_split(LABELS, 0.2, seed=np.int64(3)), stratified_split(LABELS, 0.2, 3)
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_standardize_keeps_the_floating_dtype_it_is_given(dtype):
+    """float64 digits came back float32, rounded to its 7 digits without a word."""
+    train, test = load_digits(dtype=dtype)
+    mean, scale = train.x.mean(axis=0), train.x.std(axis=0) + 0.01
+    for given, got in zip((train, test), standardize(train, test), strict=True):
+        assert got.x.dtype == dtype
+        np.testing.assert_array_equal(got.x, ((given.x - mean) / scale).astype(dtype))
+
+
+def test_standardize_makes_integer_inputs_float32():
+    pixels = Dataset(np.arange(12, dtype=np.uint8).reshape(6, 2), np.arange(6) % 2, 2)
+    assert standardize(pixels, pixels)[1].x.dtype == np.float32
+
+
+def test_standardize_refuses_an_empty_training_set():
+    """It gave all-NaN inputs, with only numpy's RuntimeWarnings to say why."""
+    train, test = load_digits(test_fraction=1.0)
+    with pytest.raises(ValueError, match="standardize: train_set is empty"):
+        standardize(train, test)

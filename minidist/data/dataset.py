@@ -104,11 +104,17 @@ def standardize(train_set: Dataset, test_set: Dataset) -> tuple[Dataset, Dataset
     """x -> (x - mean) / (std + 0.01), with mean and std per feature from the training set.
 
     The test set uses the training set's statistics: it stands for data not
-    seen yet. The 0.01 keeps always-blank pixels (std 0) at 0.
+    seen yet. The 0.01 keeps always-blank pixels (std 0) at 0. A floating ``x``
+    keeps its dtype (float32 stays float32, float64 float64); any other ``x``
+    (integers) becomes float32. An empty training set has no statistics: refused.
     """
+    if not len(train_set):
+        raise ValueError("standardize: train_set is empty, so there is no mean or std "
+                         "to scale by")
     mean, scale = train_set.x.mean(axis=0), train_set.x.std(axis=0) + 0.01
 
     def apply(dataset: Dataset) -> Dataset:
-        return dataclasses.replace(dataset, x=((dataset.x - mean) / scale).astype(np.float32))
+        dtype = dataset.x.dtype if np.issubdtype(dataset.x.dtype, np.floating) else np.float32
+        return dataclasses.replace(dataset, x=((dataset.x - mean) / scale).astype(dtype))
 
     return apply(train_set), apply(test_set)
