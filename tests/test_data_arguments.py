@@ -11,8 +11,10 @@ from minidist.data.characters import CharacterText
 from minidist.data.cooccur import zipf_cooccurrence
 from minidist.data.dataset import Dataset
 from minidist.data.synthetic_language import generate_corpus
+from minidist.data.vocab import build_vocab
 
 LABELS = np.arange(100) % 2
+LINES = [["a", "rose", "is", "a", "rose"]]
 SEEDED = {
     "stratified_split": lambda seed: stratified_split(LABELS, 0.2, seed=seed),
     "split_dataset": lambda seed: split_dataset(Dataset(np.zeros((100, 1)), LABELS, 2),
@@ -59,3 +61,21 @@ def test_standardize_refuses_an_empty_training_set():
     train, test = load_digits(test_fraction=1.0)
     with pytest.raises(ValueError, match="standardize: train_set is empty"):
         standardize(train, test)
+
+
+@pytest.mark.parametrize("options, word, least", [
+    (dict(min_count=2.5), "min_count", 1), (dict(min_count="2"), "min_count", 1),
+    (dict(min_count=0), "min_count", 1), (dict(min_count=True), "min_count", 1),
+    (dict(max_size=2.5), "max_size", 0), (dict(max_size=-1), "max_size", 0),
+    (dict(max_size="3"), "max_size", 0)])
+def test_build_vocab_limits_are_whole_numbers(options, word, least):
+    """min_count=2.5 was taken as it came; max_size=2.5 failed slicing a list, and
+    min_count='2' comparing a str with an int."""
+    with pytest.raises(ValueError, match=rf"{word} must be an integer >= {least}, got "):
+        build_vocab(LINES, **options)
+
+
+def test_build_vocab_keeps_its_words_for_whole_limits():
+    assert build_vocab(LINES, min_count=np.int64(2), max_size=None).words == ["a", "rose"]
+    assert build_vocab(LINES, min_count=1, max_size=np.int32(1)).words == ["a"]
+    assert build_vocab(LINES, min_count=1, max_size=0).words == []

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from minidist.data.corpus import CorpusSource, iter_pieces
+from minidist.util.values import whole
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,16 +107,15 @@ def build_vocab(source: CorpusSource, min_count: int = 5,
                 max_size: int | None = None) -> Vocabulary:
     """The words of ``source`` seen at least ``min_count`` times, most frequent first.
 
-    Ties are broken alphabetically; with ``max_size`` only the first
-    ``max_size`` words are kept. ``source`` is a list of token lines, or
+    Ties are broken alphabetically; with ``max_size`` (None: no limit) only the
+    first ``max_size`` words are kept. ``source`` is a list of token lines, or
     the path of a UTF-8 text file or folder (see :mod:`minidist.data.corpus`).
 
     Cost: O(tokens) to count, O(W log W) to sort the W distinct words.
     """
-    if min_count < 1:
-        raise ValueError(f"min_count must be >= 1, got {min_count}")
-    if max_size is not None and max_size < 0:
-        raise ValueError(f"max_size must be >= 0, got {max_size}")
+    min_count = whole("min_count", min_count, least=1)
+    if max_size is not None:
+        max_size = whole("max_size", max_size)
     counts = count_tokens(source)
     kept = [(word, count) for word, count in counts.items() if count >= min_count]
     kept.sort(key=lambda item: (-item[1], item[0]))
