@@ -69,7 +69,7 @@ def test_two_callers_fetching_one_file_at_once_both_get_it(tmp_path):
 @pytest.mark.timeout(120)
 def test_two_ranks_downloading_text8_at_once_both_get_it(tmp_path, monkeypatch):
     """``mpirun -n 2 ... examples.glove --corpus text8`` on a first run: every rank
-    downloads text8 (unzipped through NAME.part, its digest recorded) into one cache."""
+    downloads text8 (unzipped into a .part file, its digest recorded) into one cache."""
     content = DATA[:5000]
     monkeypatch.setattr(corpus_module, "TEXT8_SIZE", len(content))
     zipped = io.BytesIO()
