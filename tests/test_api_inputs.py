@@ -197,6 +197,15 @@ def test_a_reduction_refuses_op_none_on_every_rank(call, ranks):
     assert md.launch(body, ranks) == [True] * ranks
 
 
+def test_an_op_that_cannot_be_hashed_is_refused_on_every_rank():
+    def body(c):
+        with pytest.raises(ValueError, match=r"op \['sum'\] is not supported; use one of"):
+            comm.allreduce(np.ones(3), c, op=["sum"])
+        return True
+
+    assert md.launch(body, 3) == [True] * 3
+
+
 @pytest.mark.parametrize("bad, why", [
     (True, r"root True is not a rank"),  # was taken as rank 1
     (2 ** 70, r"root 1180591620717411303424 is not a rank"),  # OverflowError, on it alone

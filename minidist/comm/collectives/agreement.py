@@ -209,9 +209,12 @@ class Header(NamedTuple):
 
 
 def header(what: str, dtype: np.dtype, op: object, values: tuple[int, ...]) -> Header:
-    """Each field as ``v`` and ``-v`` (an op of no kind the check knows, a list say, as
+    """Each field as ``v`` and ``-v`` (an op that cannot be a cache key, a list say, as
     any unsupported one: it is named in the error, not hashed)."""
-    return _header(what, dtype, op if op is NO_OP or op_code(op) else None, values)
+    try:
+        return _header(what, dtype, op, values)
+    except TypeError:  # unhashable
+        return _header(what, dtype, None, values)
 
 
 @lru_cache(maxsize=4096)
