@@ -278,3 +278,13 @@ def test_data_that_makes_no_array_on_one_rank_is_named_as_such_on_every_rank(nam
     assert all("ranks disagree on valid_in" in e for e in errors), errors
     said = "the data is no array" if bad == "ragged" else "the data is a Tensor"
     assert said in errors[1] and "here:" not in errors[0] + errors[2]
+
+
+@pytest.mark.parametrize("axis", [0, -1, (0,), ()])
+def test_a_0d_tensor_summed_over_an_axis_numpy_allows_has_its_gradient(axis):
+    """The forward worked, the backward raised numpy's 'cannot broadcast a non-scalar'."""
+    x = md.Tensor(np.array(2.0), requires_grad=True)
+    x.sum(axis=axis).backward()
+    assert x.grad.shape == () and x.grad == 1.0
+    with pytest.raises(np.exceptions.AxisError):
+        md.Tensor(np.array(2.0)).sum(axis=1)  # what numpy refuses, still refused

@@ -12,6 +12,13 @@ Reverse-mode automatic differentiation in two steps:
 ``.grad`` is a plain array of the tensor's shape and dtype; it accumulates
 across backward calls until ``zero_grad()``. After backward the graph is
 freed (the nodes forget their inputs), so memory stays flat over training.
+
+A tensor wraps its array without copying it, and an op saves the arrays it
+needs for backward as they are: changing ``.data`` in place between a
+forward and its backward (an optimiser step, ``x.data *= 0``, an edit of the
+wrapped array) changes the gradients without a word. PyTorch counts versions
+and raises there; this engine keeps no count. Replacing ``.data`` with a new
+array is safe (backward reads the old one).
 """
 
 from __future__ import annotations
@@ -148,6 +155,10 @@ class Tensor:
     def relu(self) -> Tensor: return ops.ReLU.apply(self)
 
     def sum(self, axis=None, keepdims: bool = False) -> Tensor:
+        # a 0-d tensor has no axis to put back in backward: its sum over the axes numpy
+        # allows it (0, -1) is the sum of everything, the tensor itself
+        if self.ndim == 0 and axis in (0, -1, (0,), (-1,), ()):
+            axis = None
         return reduce_ops.Sum.apply(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims: bool = False) -> Tensor:
