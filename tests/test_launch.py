@@ -19,7 +19,14 @@ from minidist.comm import RankError
 from minidist.comm.transport.mpirun import JOB_MARK
 from minidist.util.mpiexec import env_args, rank_environment
 from minidist.util.processes import stop_process_tree
-from minidist.util.shm import PREFIX, SHM, TOPOLOGY_FILES, paths_in_use, remove_left_segments
+from minidist.util.shm import (
+    OPEN_MPI_SEGMENTS,
+    PREFIX,
+    SHM,
+    TOPOLOGY_FILES,
+    paths_in_use,
+    remove_left_segments,
+)
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 mpi_only = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no {MPIEXEC}")
@@ -217,6 +224,17 @@ def test_only_segments_nobody_maps_are_removed(tmp_path):
         assert remove_left_segments(since) == [left]
         assert used.exists() and not left.exists()
     used.unlink()
+
+
+def test_open_mpis_segments_a_stopped_job_left_are_removed_too():
+    """A killed rank of an Open MPI job left /dev/shm/sm_segment.* (16 MiB each) behind."""
+    folder, prefix = OPEN_MPI_SEGMENTS
+    if not folder.is_dir():
+        pytest.skip(f"no {folder} here")
+    since = time.time()
+    left = folder / f"{prefix}test.{os.getpid()}.0"
+    left.write_bytes(b"\0" * 4096)
+    assert remove_left_segments(since) == [left] and not left.exists()
 
 
 def test_only_topology_files_nobody_holds_open_are_removed():

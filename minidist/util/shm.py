@@ -6,10 +6,12 @@ host's topology to ``/tmp/hydra_hwloc_xmlfile_*`` (a path it does not let one
 change), holds it open for the job and removes it when it exits. Neither is
 removed when a rank is killed or the job is stopped, which is how every failed
 or timed-out job ends: each segment then holds its memory until the machine
-restarts, and the topology files pile up. So whoever stops a job, once it is
-stopped, calls :func:`remove_left_segments` with the time the job started: it
-removes this user's such files made since then that no process maps or holds
-open. Another job's are mapped or open in that job's processes, and stay.
+restarts, and the topology files pile up. Open MPI's shared-memory transport
+leaves its segments the same way (``/dev/shm/sm_segment.HOST.UID.JOB.RANK``,
+16 MiB each). So whoever stops a job, once it is stopped, calls
+:func:`remove_left_segments` with the time the job started: it removes this
+user's such files made since then that no process maps or holds open.
+Another job's are mapped or open in that job's processes, and stay.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import psutil
 SHM = Path("/dev/shm")
 PREFIX = "mpich_shm_"
 TOPOLOGY_FILES = Path("/tmp"), "hydra_hwloc_xmlfile_"
-LEFT_BY_A_JOB = (SHM, PREFIX), TOPOLOGY_FILES
+OPEN_MPI_SEGMENTS = SHM, "sm_segment."
+LEFT_BY_A_JOB = (SHM, PREFIX), TOPOLOGY_FILES, OPEN_MPI_SEGMENTS
 
 
 def paths_in_use() -> set[str]:
