@@ -68,8 +68,9 @@ from typing import Any
 import numpy as np
 
 from minidist import backend
-from minidist.comm import Communicator, allgather, broadcast
+from minidist.comm import Communicator, broadcast
 from minidist.nn.module import Module
+from minidist.parallel.replicas import compare_descriptions
 from minidist.util.values import whole
 
 NAME = re.compile(r"step-(\d+)\.npz")
@@ -224,8 +225,7 @@ def _check_replicas_equal(model_state: dict[str, Any], comm: Communicator) -> No
         crc = zlib.crc32(f"{name} {value.shape} {value.dtype}".encode(), crc)
         crc = zlib.crc32(np.ascontiguousarray(value).tobytes(), crc)
     # communication: every rank's crc32 to every rank (one allgather of one integer each)
-    crcs = allgather(np.array([crc], np.int64), comm)[:, 0]
-    others = [rank for rank, theirs in enumerate(crcs) if theirs != crcs[0]]
+    _, _, others = compare_descriptions(comm, {"parameters": crc})
     if others:
         raise ValueError(
             f"save_checkpoint keeps one copy of the model, rank 0's, for every rank (data "
